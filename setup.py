@@ -1,0 +1,36 @@
+"""Packaging for dptoolkit: every setting comes from settings.ini (nbdev 2 layout)."""
+from configparser import ConfigParser
+import shlex
+import setuptools
+
+cfg = ConfigParser(delimiters=["="])
+cfg.read("settings.ini", encoding="utf-8")
+cfg = cfg["DEFAULT"]
+
+licenses = {"apache2": ("Apache Software License 2.0", "OSI Approved :: Apache Software License")}
+lic = licenses[cfg["license"]]
+reqs = shlex.split(cfg.get("requirements", ""))
+dev_reqs = shlex.split(cfg.get("dev_requirements", ""))
+scripts = [s for s in cfg.get("console_scripts", "").split() if s]
+
+setuptools.setup(
+    name=cfg["lib_name"],
+    version=cfg["version"],
+    license=lic[0],
+    classifiers=["Programming Language :: Python :: 3", "License :: " + lic[1],
+                 "Topic :: Scientific/Engineering :: Artificial Intelligence"],
+    description=cfg["description"],
+    author=cfg["author"],
+    author_email=cfg["author_email"],
+    keywords=cfg["keywords"],
+    packages=setuptools.find_packages(include=["dptoolkit", "dptoolkit.*"]),
+    include_package_data=True,
+    package_data={"dptoolkit": ["configs/*.yaml"]},
+    install_requires=reqs,
+    extras_require={"dev": dev_reqs},
+    python_requires=">=" + cfg["min_python"],
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    zip_safe=False,
+    entry_points={"console_scripts": scripts, "nbdev": [f"{cfg['lib_name']}={cfg['lib_name']}._modidx:d"]},
+)
