@@ -16,4 +16,5 @@ if [ "$before_nb" != "$after_nb" ]; then
   diff <(echo "$before_nb") <(echo "$after_nb") >&2 || true
   exit 1
 fi
-echo "check: notebooks and library in step, notebooks clean"
+python3 tools/make_readme.py --check
+echo "check: notebooks, library and README in step; notebooks clean"
