@@ -1,0 +1,56 @@
+"""Shared fixtures: sample stores, a `dpt` runner, and process-tree helpers (psutil)."""
+import os, subprocess, sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dptoolkit.store import sample_data
+from dptoolkit.merge import merge
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def tasks_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tasks")
+    sample_data(d, tasks=3, episodes=6, seed=11)
+    return d
+
+
+@pytest.fixture(scope="session")
+def merged(tasks_dir, tmp_path_factory):
+    return Path(merge(sorted(tasks_dir.glob("*.zarr")), tmp_path_factory.mktemp("m") / "merged.zarr", progress=False).path)
+
+
+def dpt(*args, timeout=300, check=None, env=None, cwd=None):
+    "Run the installed `dpt` console script; returns CompletedProcess (text)."
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    r = subprocess.run(["dpt", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+    if check is not None:
+        assert r.returncode == check, f"exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    return r
+
+
+def descendants(pid=None):
+    try: return psutil.Process(pid or os.getpid()).children(recursive=True)
+    except psutil.NoSuchProcess: return []
+
+
+def alive(procs):
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE: out.append(p)
+        except psutil.NoSuchProcess: pass
+    return out
+
+
+def rank_processes(pid=None):
+    "Launched ranks below `pid`: the children of the forkserver process (which shares their command line)."
+    out = []
+    for p in descendants(pid):
+        try: parent_cmd = " ".join(p.parent().cmdline())
+        except (psutil.Error, AttributeError): continue
+        if "forkserver" in parent_cmd: out.append(p)
+    return out

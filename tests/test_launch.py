@@ -1,0 +1,143 @@
+"""launch: failures surface in seconds with no orphans; interrupts stop every child; notebooks through a real kernel;
+port conflicts; two torchrun agents on one machine train together."""
+import json, os, signal, socket, subprocess, sys, textwrap, time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch.distributed as dist
+
+from dptoolkit.launch import LaunchError, launch, world_info
+from conftest import alive, descendants, rank_processes, dpt, ROOT
+
+
+def _killed_rank():
+    import os, signal, torch, torch.distributed as dist
+    dist.barrier()
+    if dist.get_rank() == 1: os.kill(os.getpid(), signal.SIGKILL)
+    t = torch.ones(1); dist.all_reduce(t)     # rank 0 would wait here for the collective timeout
+    return t.item()
+
+
+def _raises():
+    import torch.distributed as dist
+    if dist.get_rank() == 1: raise RuntimeError("boom on rank one")
+    dist.barrier()
+
+
+def test_sigkilled_rank_surfaces_fast_without_orphans():
+    t0 = time.time()
+    with pytest.raises(LaunchError) as e:
+        launch(_killed_rank, nprocs=2, timeout=600)
+    dt = time.time() - t0
+    assert e.value.rank == 1 and "SIGKILL" in e.value.cause and dt < 20, (str(e.value), dt)
+    time.sleep(0.5)
+    assert alive(rank_processes()) == []
+
+
+def test_raising_rank_traceback():
+    with pytest.raises(LaunchError) as e:
+        launch(_raises, nprocs=2)
+    assert e.value.rank == 1 and "boom on rank one" in e.value.rank_traceback and "_raises" in e.value.rank_traceback
+    assert alive(rank_processes()) == []
+
+
+def test_two_launches_and_results():
+    a = launch(world_info, 2.0, nprocs=2); b = launch(world_info, 1.0, nprocs=1)
+    assert (a["total"], a["world_size"], b["total"], b["world_size"]) == (6.0, 2, 1.0, 1)
+
+
+def test_port_conflict():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+    try:
+        with pytest.raises(LaunchError, match=f"port {s.getsockname()[1]} on 127.0.0.1 is already in use"):
+            launch(world_info, nprocs=1, port=s.getsockname()[1])
+    finally: s.close()
+
+
+def test_interrupt_stops_children(tmp_path):
+    script = tmp_path / "long.py"
+    script.write_text(textwrap.dedent("""
+        import time, torch.distributed as dist
+        from dptoolkit.launch import launch
+        def body():
+            dist.barrier(); print("ready", flush=True); time.sleep(120)
+        if __name__ == "__main__":
+            launch(body, nprocs=2)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time(); seen = ""
+    while "ready" not in seen and time.time() - t0 < 60: seen += p.stdout.readline()
+    kids = rank_processes(p.pid)
+    assert len(kids) == 2, seen
+    p.send_signal(signal.SIGINT)
+    p.wait(20)
+    time.sleep(0.5)
+    assert alive(kids) == [], "ranks left behind after Ctrl-C"
+    assert p.returncode != 0
+
+
+NB_CELLS = [
+    "import torch, torch.distributed as dist, os, time\nfrom dptoolkit.launch import launch, LaunchError",
+    # a class and a function defined in the notebook: travel by value
+    "class Scale(torch.nn.Module):\n    def forward(self, x): return 3 * x\n"
+    "def body(n):\n    t = Scale()(torch.ones(n)) * (dist.get_rank() + 1)\n    dist.all_reduce(t)\n    print('rank', dist.get_rank(), 'done')\n    return t.tolist()",
+    "torch.zeros(1)  # torch already in use in the kernel\nr1 = launch(body, 2, nprocs=2)\nassert r1 == [9.0, 9.0], r1",
+    "r2 = launch(body, 3, nprocs=2)\nassert r2 == [9.0] * 3\nprint('OK', r1, r2)",
+]
+
+
+def test_notebook_kernel_launch(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NB_CELLS])
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    out = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    assert "OK [9.0, 9.0] [9.0, 9.0, 9.0]" in out
+    rank_lines = "".join(o.get("text", "") for o in nb.cells[2].outputs if o.output_type == "stream")
+    assert "[rank 0] rank 0 done" in rank_lines and "[rank 1] rank 1 done" in rank_lines   # children's output in the cell
+
+
+def test_kernel_interrupt_leaves_no_children():
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        def run(code, timeout=120):
+            msg_id = kc.execute(code)
+            return kc.get_shell_msg(timeout=timeout)["content"]
+        assert run(NB_CELLS[0])["status"] == "ok" and run(NB_CELLS[1])["status"] == "ok"
+        run("def hang():\n    dist.barrier(); time.sleep(300)")
+        kc.execute("launch(hang, nprocs=2)")
+        t0 = time.time()
+        while len(rank_processes(km.provisioner.pid)) < 2 and time.time() - t0 < 60: time.sleep(0.2)
+        kids = rank_processes(km.provisioner.pid)
+        assert len(kids) == 2
+        time.sleep(1.0)
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=30)["content"]
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+        time.sleep(0.5)
+        assert alive(kids) == []
+        assert run("print(launch(body, 1, nprocs=2))")["status"] == "ok"      # the next launch in the same kernel works
+    finally:
+        kc.stop_channels(); km.shutdown_kernel(now=True)
+
+
+def _free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+
+
+def test_torchrun_two_nodes_on_loopback(merged, tmp_path):
+    port = _free_port(); out = tmp_path / "run"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = lambda node: [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                        "--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                        "--rdzv-id", "dpt-test", "-m", "dptoolkit.cli", "train", "--config", "test", "--data", str(merged),
+                        "--out", str(out), "training.max_steps=10", "training.log_every=5", "training.checkpoint_every=0"]
+    procs = [subprocess.Popen(cmd(n), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for n in (0, 1)]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
+    result = json.loads((out / "result.json").read_text())
+    assert result["world_size"] == 2 and result["steps"] == 10
+    logs = [json.loads(l) for l in (out / "logs.jsonl").read_text().splitlines()]
+    assert [l["step"] for l in logs] == [5, 10] and all(l["world_size"] == 2 for l in logs)
