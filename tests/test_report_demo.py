@@ -1,0 +1,39 @@
+"""`dpt report` writes a PNG and JSON; `dpt demo` runs end to end and refuses to mix runs."""
+import csv, json
+from pathlib import Path
+
+from dptoolkit.config import for_store
+from dptoolkit.report import read_log, summarize
+from dptoolkit.train import train
+from conftest import dpt
+
+
+def test_report_cli_png_and_json(merged, tmp_path):
+    cfg = for_store(merged, ["training.max_steps=12", "training.log_every=3", "training.checkpoint_every=0",
+                             "scaling.keep_effective_batch_size=false"], name="test")
+    runs = [train(cfg, nprocs=n, run_dir=tmp_path / f"w{n}", progress=False).run_dir for n in (1, 2)]
+    r = dpt("report", *runs, "-o", tmp_path / "fig.png", "--json", check=0)
+    rows = json.loads(r.stdout)
+    assert sorted(x["world_size"] for x in rows) == [1, 2] and rows[0]["speedup"] == 1.0
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = dpt("report", *runs, check=0).stdout
+    assert "speedup" in text and "efficiency" in text
+    # a run still being written: the torn last line is skipped
+    with open(runs[0] / "logs.jsonl", "a") as f: f.write('{"step": 99, "lo')
+    assert read_log(runs[0])["step"].max() == 12
+    r = dpt("report", tmp_path / "nothing")
+    assert r.returncode == 1 and "no logs.jsonl" in r.stderr
+
+
+def test_demo_end_to_end(tmp_path):
+    out = tmp_path / "demo"
+    r = dpt("demo", "--out", out, "--steps", 20, "--no-progress", check=0, timeout=600)
+    for name in ("throughput", "speedup", "loss"):
+        p = out / f"{name}.png"
+        assert str(p) in r.stdout and p.read_bytes()[:4] == b"\x89PNG"
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert sorted(int(x["world_size"]) for x in rows) == [1, 2]
+    assert all(float(x["samples_per_s"]) > 0 for x in rows)
+    assert (out / "merged.zarr" / ".zgroup").exists() and "robot_dp_14.yaml" in r.stdout
+    again = dpt("demo", "--out", out, "--steps", 5, "--no-progress")
+    assert again.returncode == 1 and "already exists" in again.stderr

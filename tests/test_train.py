@@ -1,0 +1,150 @@
+"""Training on 1 and 2 gloo ranks: data sharding, gradient equivalence, accumulation, run folder, resume determinism,
+checkpoint errors."""
+import json, os, shutil, signal, subprocess, time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dptoolkit.config import for_store, load_config
+from dptoolkit.launch import launch
+from dptoolkit.train import TrainError, load_checkpoint, latest_checkpoint, train
+from conftest import dpt
+
+
+def _shards(n_items, epochs=2):
+    import torch.distributed as dist
+    from dptoolkit.train import ResumableSampler
+    ds = list(range(n_items))
+    s = ResumableSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=True, seed=0, drop_last=True)
+    out = []
+    for e in range(epochs):
+        s.set_epoch(e); mine = list(s)
+        allr = [None] * dist.get_world_size(); dist.all_gather_object(allr, mine); out.append(allr)
+    return out
+
+
+def test_each_rank_sees_distinct_samples_covering_the_data():
+    for epoch, (r0, r1) in enumerate(launch(_shards, 101, nprocs=2)):
+        assert len(r0) == len(r1) == 50 and not set(r0) & set(r1)
+        assert len(set(r0) | set(r1)) == 100           # all but the one dropped by drop_last
+    e = launch(_shards, 101, nprocs=2)
+    assert e[0][0] != e[1][0]                           # set_epoch reshuffles
+
+
+def _policy_and_batch(store):
+    from dptoolkit.dataset import Normalizer, SequenceDataset
+    from dptoolkit.policy import DiffusionPolicy
+    cfg = for_store(store, name="test")
+    torch.manual_seed(0)
+    pol = DiffusionPolicy.from_config(cfg, normalizer=Normalizer.from_store(store, ["state", "action"]))
+    ds = SequenceDataset(store, cfg.horizon, cfg.n_obs_steps, cfg.pad_before, cfg.pad_after)
+    batch = ds.__getitems__(list(range(0, 8 * 13, 13)))
+    g = torch.Generator().manual_seed(1)
+    noise = torch.randn(batch["action"].shape, generator=g); t = torch.randint(0, 50, (8,), generator=g)
+    return pol, batch, noise, t
+
+
+def _slice(batch, sl):
+    return {"obs": {k: v[sl] for k, v in batch["obs"].items()}, "action": batch["action"][sl]}
+
+
+def _ddp_grads(store, accum):
+    "Each of 2 ranks takes its half of a fixed batch of 8, in `accum` micro-batches, under DDP; returns rank 0's grads."
+    import contextlib, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    pol, batch, noise, t = _policy_and_batch(store)
+    net = DDP(pol)
+    r = dist.get_rank(); half = slice(4 * r, 4 * r + 4)
+    idx = np.arange(8)[half]
+    for m, part in enumerate(np.array_split(idx, accum)):
+        sl = slice(int(part[0]), int(part[-1]) + 1)
+        ctx = net.no_sync() if m < accum - 1 else contextlib.nullcontext()
+        with ctx:
+            (net(_slice(batch, sl), noise=noise[sl], timesteps=t[sl]) / accum).backward()
+    return {n: p.grad.clone() for n, p in pol.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_ddp_gradients_equal_one_process_with_the_global_batch(merged, accum):
+    pol, batch, noise, t = _policy_and_batch(merged)
+    pol(batch, noise=noise, timesteps=t).backward()
+    ref = {n: p.grad for n, p in pol.named_parameters() if p.grad is not None}
+    got = launch(_ddp_grads, merged, accum, nprocs=2)
+    assert set(got) == set(ref)
+    worst = max(((got[n] - ref[n]).abs().max() / (ref[n].abs().max() + 1e-12)).item() for n in ref)
+    assert worst < 1e-4, worst
+
+
+def _cfg(store, **kw):
+    ov = ["training.max_steps=20", "training.log_every=5", "training.checkpoint_every=10", "training.deterministic=true",
+          "training.keep_checkpoints=2"] + [f"{k}={v}" for k, v in kw.items()]
+    return for_store(store, ov, name="test")
+
+
+def test_run_folder_written_by_rank0_only(merged, tmp_path):
+    res = train(_cfg(merged), nprocs=2, run_dir=tmp_path / "run", progress=False)
+    files = sorted(str(p.relative_to(tmp_path / "run")) for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert files == ["checkpoints/latest", *[f"checkpoints/step_0000{s}/{f}" for s in (10, 20)
+                     for f in ("ema.safetensors", "model.safetensors", "state.pt")], "config.yaml", "logs.jsonl", "result.json"]
+    lines = (tmp_path / "run" / "logs.jsonl").read_text().splitlines()
+    assert [json.loads(l)["step"] for l in lines] == [5, 10, 15, 20]     # one writer: no duplicated lines
+    assert res.metrics["world_size"] == 2 and "world_size: 2" in (tmp_path / "run" / "config.yaml").read_text()
+    assert not list(Path.cwd().glob("runs"))                              # nothing written elsewhere
+
+
+def test_resume_reproduces_uninterrupted_losses(merged, tmp_path):
+    """Kill a 2-process `dpt train` after its first checkpoint, resume it, and compare every later logged loss
+    with an uninterrupted run: they must be identical."""
+    ov = ["training.max_steps=60", "training.log_every=5", "training.checkpoint_every=10", "training.deterministic=true"]
+    full = tmp_path / "full"; cut = tmp_path / "cut"
+    dpt("train", "--config", "test", "--data", merged, "--nprocs", 2, "--out", full, "--no-progress", *ov, check=0)
+    p = subprocess.Popen(["dpt", "train", "--config", "test", "--data", str(merged), "--nprocs", "2", "--out", str(cut),
+                          "--no-progress", *ov], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    t0 = time.time()
+    while not (cut / "checkpoints" / "latest").exists() and time.time() - t0 < 120: time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    resumed_from = int((cut / "checkpoints" / "latest").read_text().split("_")[1])
+    assert resumed_from < 60 and not (cut / "result.json").exists()
+    dpt("train", "--config", "test", "--data", merged, "--nprocs", 2, "--out", cut, "--resume", "--no-progress", *ov, check=0)
+    from dptoolkit.report import read_log
+    a, b = read_log(full).set_index("step"), read_log(cut).set_index("step")
+    later = [s for s in a.index if s > resumed_from]
+    assert later and a.loc[later, "loss"].tolist() == b.loc[later, "loss"].tolist()
+    assert a.loc[later, "lr"].tolist() == b.loc[later, "lr"].tolist()
+    ra, rb = json.loads((full / "result.json").read_text()), json.loads((cut / "result.json").read_text())
+    assert ra["val_loss_ema"] == rb["val_loss_ema"] and ra["final_loss"] == rb["final_loss"]
+
+
+def test_checkpoint_moves_between_world_sizes(merged, tmp_path):
+    train(_cfg(merged, **{"training.max_steps": 10}), nprocs=1, run_dir=tmp_path / "r", progress=False)
+    res = train(_cfg(merged), nprocs=2, run_dir=tmp_path / "r", resume=True, progress=False)
+    assert res.metrics["steps"] == 20 and res.metrics["world_size"] == 2
+    res = train(_cfg(merged, **{"training.max_steps": 25}), nprocs=1, run_dir=tmp_path / "r", resume=True, progress=False)
+    assert res.metrics["steps"] == 25
+
+
+def test_checkpoint_errors(merged, tmp_path):
+    with pytest.raises(TrainError, match="no checkpoint to resume from"):
+        latest_checkpoint(tmp_path)
+    r = dpt("train", "--config", "test", "--data", merged, "--nprocs", 1, "--out", tmp_path / "none", "--resume", "--no-progress")
+    assert r.returncode == 1 and "no checkpoint to resume from" in r.stderr and "Traceback" not in r.stderr
+    train(_cfg(merged, **{"training.max_steps": 10}), nprocs=1, run_dir=tmp_path / "r", progress=False)
+    ck = latest_checkpoint(tmp_path / "r")
+    state = torch.load(ck / "state.pt", weights_only=True)               # plain data: loads without unpickling code
+    assert state["step"] == 10
+    (ck / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(TrainError, match="model.safetensors: cannot be read .* corrupt"):
+        load_checkpoint(ck)
+    r = dpt("train", "--config", "test", "--data", merged, "--nprocs", 1, "--out", tmp_path / "r", "--resume", "--no-progress")
+    assert r.returncode == 1 and "corrupt" in r.stderr and "rank 0" in r.stderr
+    (ck / "state.pt").unlink()
+    with pytest.raises(TrainError, match="state.pt: missing"):
+        load_checkpoint(ck)
+
+
+def test_second_run_into_same_folder_refused(merged, tmp_path):
+    train(_cfg(merged, **{"training.max_steps": 5}), nprocs=1, run_dir=tmp_path / "r", progress=False)
+    r = dpt("train", "--config", "test", "--data", merged, "--nprocs", 1, "--out", tmp_path / "r", "--no-progress")
+    assert r.returncode == 1 and "already holds a run" in r.stderr
