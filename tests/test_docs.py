@@ -1,0 +1,95 @@
+"""The docs site in a real browser: build it (tools/build_docs.py, no Quarto), serve it on 127.0.0.1, open every page
+in headless Debian Chromium through Playwright, and check: no console errors or failed requests, navigation reaches
+every chapter, the API reference of merge / launch / report is there, and the speed-up figure is an image that loaded.
+Screenshots go to _screenshots/ (one per page). Skipped, with the reason, where Chromium or Playwright is missing."""
+import functools, http.server, json, os, re, shutil, socketserver, subprocess, sys, threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+pw = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} not found (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    given = os.environ.get("DPT_SITE")
+    if given: return Path(given)
+    out = tmp_path_factory.mktemp("site") / "_site"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a): pass
+    srv = socketserver.TCPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown(); srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with pw.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def test_site_in_browser(site, server, browser):
+    pages = json.loads((site / "pages.json").read_text())
+    assert [p["stem"] for p in pages][:2] == ["index", "00_store"] and len(pages) >= 11
+    shots = ROOT / "_screenshots"; shutil.rmtree(shots, ignore_errors=True); shots.mkdir()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+    for p in pages:                                       # every page loads cleanly
+        resp = page.goto(f"{server}/{p['file']}"); page.wait_for_load_state("networkidle")
+        assert resp.status == 200, p
+        assert page.locator("h1").first.inner_text().strip().startswith(p["title"][:20]), p
+        page.screenshot(path=str(shots / f"{p['stem']}.png"), full_page=False)
+    assert problems == [], problems
+
+    page.goto(f"{server}/index.html")                     # navigation reaches every chapter by clicking
+    reached = set()
+    for p in pages[1:]:
+        page.goto(f"{server}/index.html")
+        page.locator("#dpt-nav a", has_text=p["title"]).first.click(); page.wait_for_load_state("networkidle")
+        assert page.url.endswith("/" + p["file"]); reached.add(p["stem"])
+    assert reached == {p["stem"] for p in pages[1:]}
+    page.goto(f"{server}/index.html")                     # chapter links inside the home page work too
+    page.locator("a[href='01_merge.html']").first.click(); page.wait_for_load_state("networkidle")
+    assert page.url.endswith("/01_merge.html")
+
+    for file, names in (("01_merge.html", ["merge", "MergeError"]), ("06_launch.html", ["launch", "LaunchError"]),
+                        ("07_report.html", ["read_log", "summarize", "plot_speedup", "plot_throughput", "sweep"])):
+        page.goto(f"{server}/{file}"); page.wait_for_load_state("networkidle")
+        text = re.sub(r"\s+", "", page.inner_text("body"))
+        for n in names:                                   # show_doc's API reference: heading + rendered signature
+            assert page.locator(f"h3#{n}, h2#{n}, h4#{n}").count() >= 1, (file, n)
+            assert f"def{n}(" in text or f"class{n}" in text, (file, n)
+
+    page.goto(f"{server}/07_report.html"); page.wait_for_load_state("networkidle")
+    sizes = page.evaluate("""() => {      // images in the cells after the sweep heading, up to the next heading
+        const h = [...document.querySelectorAll('h2')].find(e => e.textContent.includes('A real 1-vs-2-process sweep'));
+        if (!h) return null;
+        const out = []; let cell = h.closest('.jp-Cell').nextElementSibling;
+        while (cell && !cell.querySelector('h1, h2')) {
+            cell.querySelectorAll('img').forEach(i => out.push([i.complete, i.naturalWidth, i.naturalHeight]));
+            cell = cell.nextElementSibling;
+        }
+        return out; }""")
+    assert sizes, "no figure after the sweep heading"
+    assert all(c and w > 200 and h > 100 for c, w, h in sizes), sizes   # the throughput / speed-up figure decoded
+    page.locator("img").last.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "07_report_speedup.png"))
