@@ -37,3 +37,20 @@ def test_demo_end_to_end(tmp_path):
     assert (out / "merged.zarr" / ".zgroup").exists() and "robot_dp_14.yaml" in r.stdout
     again = dpt("demo", "--out", out, "--steps", 5, "--no-progress")
     assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_log_parsing_edge_cases(tmp_path):
+    import pytest
+    from dptoolkit.report import ReportError
+    d = tmp_path / "r"; d.mkdir()
+    (d / "logs.jsonl").write_text('{"step": 5, "loss": 1.0}\n{"step": 10, "loss": 0.5}\n')     # no throughput fields
+    df = read_log(d)
+    assert df["step"].tolist() == [5, 10] and "samples_per_s" not in df
+    with pytest.raises(ReportError, match="no samples_per_s"):
+        summarize([d])
+    (d / "logs.jsonl").write_text('{"step": 5}\nnot json\n{"step": 10}\n')                  # a broken middle line
+    with pytest.raises(ReportError, match="line 2 is not JSON"):
+        read_log(d)
+    (d / "logs.jsonl").write_text('{"loss": 1}\n')
+    with pytest.raises(ReportError, match="no 'step' field"):
+        read_log(d)
