@@ -124,15 +124,18 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
     ax.grid(alpha=.3); ax.legend(fontsize=8); fig.tight_layout(); return fig
 
 def plot_loss(run_dirs, ax=None):
-    "Loss against step and against wall-clock seconds for several runs."
+    "Loss against step and against wall-clock seconds for several runs; validation points where the log has them."
     plt = _plt()
     if ax is None: fig, axs = plt.subplots(1, 2, figsize=(8, 3))
     else: axs = ax; fig = axs[0].figure
     for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
         df = read_log(rd)
         lab = f"{Path(rd).name} (×{int(df['world_size'].iloc[-1]) if 'world_size' in df else 1})"
-        axs[0].plot(df["step"], df["loss"], label=lab)
+        line, = axs[0].plot(df["step"], df["loss"], label=lab)
         if "wall_s" in df: axs[1].plot(df["wall_s"], df["loss"], label=lab)
+        if "val_loss" in df and df["val_loss"].notna().any():   # runs with training.val_every
+            v = df[df["val_loss"].notna()]
+            axs[0].plot(v["step"], v["val_loss"], "o--", ms=4, color=line.get_color(), label=f"{lab} val")
     axs[0].set_xlabel("step"); axs[1].set_xlabel("seconds"); axs[0].set_ylabel("loss")
     for a in axs: a.grid(alpha=.3); a.legend(fontsize=8)
     fig.tight_layout(); return fig

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #0460c02b
 from __future__ import annotations
-import contextlib, json, math, os, platform, shutil, sys, time
+import contextlib, copy, json, math, os, platform, shutil, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +24,8 @@ from .policy import DiffusionPolicy
 from .store import describe
 
 # %% auto #0
-__all__ = ['TrainError', 'ResumableSampler', 'ema_decay', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'train_worker',
-           'RunResult', 'train']
+__all__ = ['TrainError', 'ResumableSampler', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint',
+           'train_worker', 'RunResult', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
 class TrainError(RuntimeError):
@@ -47,11 +47,38 @@ def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9
     if step <= 0: return 0.0
     return float(min(max_value, max(min_value, 1 - (1 + step / inv_gamma) ** -power)))
 
-def make_ema(model, ecfg):
-    def avg(ema_params, params, n):
-        d = ema_decay(int(n), ecfg.power, ecfg.inv_gamma, ecfg.min_value, ecfg.max_value)
-        torch._foreach_lerp_(ema_params, params, 1 - d)
-    return torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=avg, use_buffers=True)
+class EMA(torch.nn.Module):
+    """Moving average of a model's weights (`.module`) with diffusion_policy's decay warm-up.
+
+    The first update copies the weights; update n > 0 moves them by `1 - ema_decay(n)` in one fused `_foreach_lerp_`.
+    The update count is a host integer, so an update never waits for the GPU (`AveragedModel` reads a device counter
+    twice per update, which stalls the CUDA queue every step)."""
+    def __init__(self, model, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999):
+        super().__init__()
+        self.module = copy.deepcopy(model).eval().requires_grad_(False)
+        self.decay_args = (power, inv_gamma, min_value, max_value)
+        self.n_averaged = 0
+        ts = list(self.module.parameters()) + list(self.module.buffers())
+        self._float = [i for i, t in enumerate(ts) if t.is_floating_point()]
+        self._other = [i for i, t in enumerate(ts) if not t.is_floating_point()]
+
+    @torch.no_grad()
+    def update_parameters(self, model):
+        dst = list(self.module.parameters()) + list(self.module.buffers())
+        src = [t.detach() for t in list(model.parameters()) + list(model.buffers())]
+        if len(src) != len(dst): raise ValueError(f"EMA holds {len(dst)} tensors but the model has {len(src)}")
+        if self.n_averaged == 0: torch._foreach_copy_(dst, src)
+        else:
+            w = 1 - ema_decay(self.n_averaged, *self.decay_args)
+            torch._foreach_lerp_([dst[i] for i in self._float], [src[i] for i in self._float], w)
+            for i in self._other: dst[i].copy_(src[i])
+        self.n_averaged += 1
+
+    def forward(self, *args, **kw): return self.module(*args, **kw)
+
+def make_ema(model, ecfg) -> EMA:
+    "An `EMA` of `model` with the config's `ema` section (power, inv_gamma, min_value, max_value)."
+    return EMA(model, ecfg.power, ecfg.inv_gamma, ecfg.min_value, ecfg.max_value)
 
 def _to(batch, device):
     if isinstance(batch, dict): return {k: _to(v, device) for k, v in batch.items()}
@@ -106,7 +133,7 @@ def _amp(cfg, device):
     if mp_ == "auto": mp_ = "bf16" if device.type == "cuda" else "no"
     if mp_ == "no": return contextlib.nullcontext, None, "fp32"
     dtype = torch.bfloat16 if mp_ == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler(device.type) if mp_ == "fp16" and device.type == "cuda" else None
+    scaler = torch.amp.GradScaler(device.type) if mp_ == "fp16" else None
     return (lambda: torch.autocast(device.type, dtype=dtype)), scaler, mp_
 
 def _run_dir(cfg) -> Path:
@@ -117,7 +144,7 @@ def _versions():
     return dict(dptoolkit=__version__, torch=str(torch.__version__), python=platform.python_version(),
                 cuda=torch.version.cuda, host=platform.node())
 
-# %% ../nbs/05_train.ipynb #117994b6
+# %% ../nbs/05_train.ipynb #890bf854
 def train_worker(cfg) -> dict:
     "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and returns metrics."
     cfg = OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg))
@@ -183,15 +210,15 @@ def train_worker(cfg) -> dict:
         opt.load_state_dict(s["optimizer"]); sched.load_state_dict(s["scheduler"])
         if scaler is not None and s.get("scaler"): scaler.load_state_dict(s["scaler"])
         step, epoch, skip_steps = int(s["step"]), int(s["epoch"]), int(s["step_in_epoch"])
-        if ema is not None: ema.n_averaged.fill_(int(s["ema_n_averaged"]))
+        if ema is not None: ema.n_averaged = int(s["ema_n_averaged"])
         if int(s["world_size"]) == world: gen.set_state(s["noise_rng"][rank])
         else: gen.manual_seed(T.seed * 1000 + rank + 7919 * step)   # new world size: fresh, still seeded, streams
         torch.set_rng_state(s["torch_rng"])
     net = model
-    if T.compile: net = torch.compile(net)
     if distributed:
         net = DDP(net, device_ids=[device.index] if use_cuda else None, find_unused_parameters=cfg.ddp.find_unused_parameters,
                   bucket_cap_mb=cfg.ddp.bucket_cap_mb)
+    if T.compile: net = torch.compile(net, backend=T.compile_backend)   # after DDP, so dynamo splits graphs at DDP's buckets
 
     devices = [str(device)]
     if distributed: devices = [None] * world; dist.all_gather_object(devices, str(device))
@@ -254,7 +281,8 @@ def train_worker(cfg) -> dict:
             if ema is not None: ema.update_parameters(model)
             step += 1; step_in_epoch += 1
             win[0] += loss_acc; win[1] += gn.detach().double(); win[3] += 1; loss_acc = 0.0
-            if step % T.log_every == 0 or step == total:
+            val_due = bool(T.val_every) and step_in_epoch >= steps_per_epoch and (epoch + 1) % T.val_every == 0 and len(val_ds) > 0
+            if step % T.log_every == 0 or step == total or val_due:
                 win[2] = data_wait
                 if distributed: dist.all_reduce(win)
                 if use_cuda: torch.cuda.synchronize()
@@ -266,6 +294,8 @@ def train_worker(cfg) -> dict:
                            steps_per_s=steps_in_win / wall, step_time_s=wall / steps_in_win, data_time_s=win[2].item() / n,
                            compute_time_s=max(0.0, wall / steps_in_win - win[2].item() / n), wall_s=now - t_start, time=time.time())
                 if is_main:
+                    if val_due:   # validation time is kept out of both timing windows
+                        rec["val_loss"] = _val_loss(ema.module if ema is not None else model, val_ds, p.per_device_batch, device, autocast, T.seed)
                     log_f.write(json.dumps(rec) + "\n")
                     if not progress(step=step, total=total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
                         print(f"step {step}/{total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
