@@ -193,7 +193,8 @@ def train_worker(cfg) -> dict:
     img = next((info.arrays[k].shape[1:] for k in D.obs_keys if len(info.arrays[k].shape) == 4), (3, 24, 32))
     model = DiffusionPolicy.from_config(cfg, normalizer=norm, image_shape=img).to(device)
     ema = make_ema(model, cfg.ema) if cfg.ema.enable else None
-    opt = torch.optim.AdamW(model.parameters(), lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps,
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps,
                             weight_decay=cfg.optimizer.weight_decay)
     from diffusers.optimization import get_scheduler
     sched = get_scheduler(T.lr_scheduler, opt, num_warmup_steps=p.warmup_steps, num_training_steps=total)
@@ -274,7 +275,8 @@ def train_worker(cfg) -> dict:
             if not last:
                 t_data = time.perf_counter(); continue
             if scaler: scaler.unscale_(opt)
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), T.grad_clip if T.grad_clip else float("inf"))
+            if T.grad_clip: gn = torch.nn.utils.clip_grad_norm_(params, T.grad_clip)
+            else: gn = torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])   # logged, not applied
             if scaler: scaler.step(opt); scaler.update()
             else: opt.step()
             opt.zero_grad(set_to_none=True); sched.step()
