@@ -128,8 +128,11 @@ def _signal_name(code):
     try: return signal.Signals(-code).name
     except (ValueError, TypeError): return f"signal {-code}"
 
-def _stop(procs, grace=3.0):
-    "SIGTERM every live child, then SIGKILL whatever is left after `grace` seconds; reap all."
+def _stop(procs, grace=3.0, wait=0.0):
+    "Wait up to `wait` seconds for children to exit, SIGTERM the rest, SIGKILL whatever is left after `grace`; reap all."
+    deadline = time.monotonic() + wait
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:
         if p.is_alive():
             try: p.terminate()
@@ -195,7 +198,7 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
     ctx = _context(start_method)
     procs, conns = [], {}
     bar = _Bar(progress_bar)
-    result, failure, pending_out = None, None, {}
+    result, failure, pending_out, ok = None, None, {}, False
     try:
         for rank in range(nprocs):
             r, w = ctx.Pipe(duplex=False)
@@ -242,12 +245,15 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                                               rank=rank, cause=cause)
                 if failure is not None: break
         if failure is not None: raise failure
+        ok = True
         return result
     except KeyboardInterrupt:
         print(f"launch: interrupted; stopping {sum(p.is_alive() for p in procs)} rank(s)", file=sys.stderr, flush=True)
         raise
     finally:
-        _stop(procs, grace)
+        # after success the ranks are exiting on their own: let them finish (a rank terminated mid-exit leaves its
+        # semaphores for the resource tracker to warn about); after a failure or an interrupt, stop them at once
+        _stop(procs, grace, wait=10.0 if ok else 0.0)
         for c in list(conns):
             try:
                 while c.poll(0): handle(c.recv())

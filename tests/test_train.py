@@ -209,3 +209,49 @@ def test_compile_under_ddp_matches_eager(merged, tmp_path, fp32_run):
     np.testing.assert_allclose(read_log(tmp_path / "compiled").loss, ref.loss, rtol=1e-5)
     keys = lambda d: sorted(load_checkpoint(latest_checkpoint(d))["model"])
     assert keys(tmp_path / "compiled") == keys(eager)
+
+
+def _ops_between(cfg, first, last):
+    """Run train_worker counting every aten/c10d op dispatched after optimizer step `first` and up to step `last`
+    (the scheduler's step() marks step ends)."""
+    import collections, contextlib, io
+    import diffusers.optimization as O
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from dptoolkit.train import train_worker
+
+    class Count(TorchDispatchMode):
+        def __init__(self): super().__init__(); self.n = collections.Counter()
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    mode, real = Count(), O.get_scheduler
+    def counting_scheduler(*a, **kw):
+        sched = real(*a, **kw); done = [0]
+        class Marked(type(sched)):
+            def step(self, *a, **kw):
+                super().step(*a, **kw); done[0] += 1
+                if done[0] == first: mode.__enter__()
+                if done[0] == last: mode.__exit__(None, None, None)
+        sched.__class__ = Marked
+        return sched
+    O.get_scheduler = counting_scheduler
+    try:
+        with contextlib.redirect_stdout(io.StringIO()): train_worker(cfg)
+    finally: O.get_scheduler = real
+    return dict(mode.n)
+
+
+def test_training_steps_never_read_back_to_the_host(merged, tmp_path):
+    """Between log steps a training step must not read a tensor's value on the host (`_local_scalar_dense`: `.item()`,
+    `bool(t)`, `int(t)`): on a GPU each read waits for every queued kernel. Counted over 5 steps inside one epoch with
+    no log step: zero reads, one gradient all-reduce per step (one DDP bucket), no buffer broadcasts. AveragedModel's
+    EMA (3 reads per step) or the unfused AdamW (one per parameter per step) fail this."""
+    from omegaconf import OmegaConf
+    cfg = _cfg(merged, **{"training.log_every": 100, "training.checkpoint_every": 0, "training.max_steps": 12,
+                          "training.device": "cpu", "dataloader.batch_size": 8})
+    cfg.logging.run_dir = str(tmp_path / "run")
+    n = launch(_ops_between, OmegaConf.to_container(cfg), 2, 7, nprocs=2)
+    assert n.get("aten._fused_adamw_") == 5 and n.get("aten._foreach_lerp_") == 5      # 5 whole steps were counted
+    assert n.get("aten._local_scalar_dense", 0) == 0, n
+    assert n.get("c10d.allreduce_") == 5 and "c10d.broadcast_" not in n
