@@ -130,21 +130,16 @@ def _signal_name(code):
 
 def _stop(procs, grace=3.0, wait=0.0):
     "Wait up to `wait` seconds for children to exit, SIGTERM the rest, SIGKILL whatever is left after `grace`; reap all."
-    deadline = time.monotonic() + wait
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            try: p.terminate()
-            except Exception: pass
-    deadline = time.monotonic() + grace
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            try: p.kill()
-            except Exception: pass
-            p.join(5)
+    def join_all(seconds):
+        deadline = time.monotonic() + seconds
+        for p in procs: p.join(max(0.0, deadline - time.monotonic()))
+    join_all(wait)
+    for send, then in (("terminate", grace), ("kill", 5.0)):
+        for p in procs:
+            if p.is_alive():
+                try: getattr(p, send)()
+                except Exception: pass
+        join_all(then)
 
 class _Bar:
     "Progress display for rank 0's `progress()` reports: tqdm.auto (a widget in notebooks, text elsewhere)."
