@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .store import StoreError, describe, open_store, read_chunk_rows
+from .store import StoreError, check_finite, describe, open_store, read_chunk_rows
 
 # %% auto #0
 __all__ = ['window_table', 'window_steps', 'ChunkCache', 'SequenceDataset', 'Normalizer']
@@ -103,7 +103,15 @@ class SequenceDataset(torch.utils.data.Dataset):
             episodes = [e for e in episodes if self.episode_task[e] in ids]
         self.episodes = np.asarray(episodes, dtype=np.int64)
         self.rows = window_table(self.ends, self.horizon, pad_before, pad_after, self.episodes)
+        lens = (self.ends - np.concatenate([[0], self.ends[:-1]]))[self.episodes]
+        need = self.horizon - min(max(pad_before, 0), self.horizon - 1) - min(max(pad_after, 0), self.horizon - 1)
+        self.skipped = int((lens < need).sum())      # episodes too short for one window (the banner reports them)
+        if len(self.episodes) and not len(self.rows):
+            raise StoreError(f"{store}: no episode is long enough for a window: windows need at least {need} steps (horizon "
+                             f"{self.horizon}, pad_before {pad_before}, pad_after {pad_after}); the longest of the "
+                             f"{len(self.episodes)} episode(s) has {int(lens.max())}")
         needed = self.keys + [action_key]
+        check_finite(self.path, needed)               # a NaN in the data would poison the normalizer and every loss
         self.nbytes = sum(info.arrays[k].nbytes for k in needed)
         self.in_memory = (self.nbytes <= self.max_memory_bytes) if in_memory in ("auto", None) else bool(in_memory)
         self.shapes = {k: tuple(info.arrays[k].shape[1:]) for k in needed}
@@ -146,7 +154,7 @@ class SequenceDataset(torch.utils.data.Dataset):
 
     def __repr__(self):
         return (f"SequenceDataset({Path(self.path).name}: {len(self)} windows of {self.horizon} from {len(self.episodes)} episodes, "
-                f"keys {self.keys}, {'in memory' if self.in_memory else 'lazy chunks'})")
+                f"keys {self.keys}, {'in memory' if self.in_memory else 'lazy chunks'}" + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
 
 # %% ../nbs/03_dataset.ipynb #f4a8312c
 class Normalizer(nn.Module):

@@ -105,7 +105,8 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
     except BaseException as e:
         tb = traceback.format_exc()
         stop()
-        _send(("error", rank, f"{type(e).__name__}: {e}", tb))
+        known = type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")   # our one-line errors
+        _send(("error", rank, f"{type(e).__name__}: {e}", tb, known))
         conn.close()
         _release_and_exit(1)
     stop()
@@ -237,8 +238,10 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                 finished.add(rank)
                 if rank == 0: result = cloudpickle.loads(msg[2])
             elif kind == "error" and failure is None:
-                failure = LaunchError(f"rank {rank} failed with {msg[2]}\n\n--- rank {rank} traceback ---\n{msg[3]}",
-                                      rank=rank, cause=msg[2], rank_traceback=msg[3])
+                # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
+                # anything else (a bug, a library's exception) carries the rank's traceback in the message
+                tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
+                failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2], rank_traceback=msg[3])
 
         def drain(conn):
             try:

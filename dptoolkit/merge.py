@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_merge.ipynb #47bdc645
 from __future__ import annotations
-import time
+import errno, os, shutil, time
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +12,7 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
-from .store import StoreError, StoreInfo, atomic_dir, create_array, describe, open_store, validate
+from .store import StoreError, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, open_store, read_chunk_rows, validate
 
 # %% auto #0
 __all__ = ['BLOCK_BYTES', 'MergeError', 'check_sources', 'merge']
@@ -95,16 +95,16 @@ def _plan_tasks(srcs, infos, groups, task_names=None):
 # %% ../nbs/01_merge.ipynb #95234113
 BLOCK_BYTES = 12 << 20   # read and write about this much at a time: zarr encodes/decodes the chunks of a block concurrently
 
-def _copy_key(key, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
+def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
     C = out.chunks[0]
     row_bytes = max(1, out.dtype.itemsize * int(np.prod(out.shape[1:])))
     wblock = max(1, block_bytes // (C * row_bytes)) * C                # whole destination chunks per write
     pos, buf, nb = 0, [], 0
-    for a in src_arrays:
+    for src, a in zip(sources, src_arrays):
         cs = a.chunks[0]
         rblock = max(1, block_bytes // (cs * row_bytes)) * cs          # whole source chunks per read
         for start in range(0, a.shape[0], rblock):
-            block = a[start:start + rblock]
+            block = read_chunk_rows(src, f"data/{key}", a, start, min(start + rblock, a.shape[0]))   # names source and chunk
             buf.append(block); nb += len(block)
             if nb >= wblock:
                 cat = np.concatenate(buf) if len(buf) > 1 else buf[0]
@@ -120,6 +120,14 @@ def _copy_key(key, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
     assert pos == out.shape[0], (key, pos, out.shape)
 
 # %% ../nbs/01_merge.ipynb #16027b3f
+def _dir_bytes(p) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
+
+def _existing_parent(p) -> Path:
+    p = Path(p).absolute()
+    while not p.exists(): p = p.parent
+    return p
+
 def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False, progress: bool = True,
           zarr_format: int = 2) -> StoreInfo:
     "Concatenate replay-buffer `sources` into a new store `dest`, streaming and atomically. Returns its `StoreInfo`."
@@ -135,20 +143,32 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
     total = sum(infos[0].arrays[k].nbytes // max(1, infos[0].steps) * offsets[-1] for k in keys)
     provenance = [dict(path=str(s.resolve()), episodes=i.episodes, steps=i.steps, task_names=i.task_names or None)
                   for s, i in zip(srcs, infos)]
-    with atomic_dir(dest, overwrite=overwrite, error=MergeError) as tmp, \
-         tqdm(total=total, unit="B", unit_scale=True, desc=f"merge → {dest.name}", disable=not progress) as bar:
-        out = zarr.open_group(str(tmp), mode="a", zarr_format=zarr_format)
-        for k in keys:
-            first = groups[0][f"data/{k}"]
-            comp = (first.compressors or (None,))[0]
-            arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + tuple(first.shape[1:]), first.dtype,
-                               first.chunks, comp)
-            _copy_key(k, [g[f"data/{k}"] for g in groups], arr, bar)
-        for name, values in (("episode_ends", all_ends), ("episode_task", episode_task)):
-            m = out.create_array(f"meta/{name}", shape=values.shape, dtype="int64", chunks=(max(1, len(values)),),
-                                 compressors=None)
-            m[...] = values
-        out.attrs.update(task_names=names, merge=dict(sources=provenance, keys=keys, dptoolkit=__version__,
-                                                      created=time.strftime("%Y-%m-%dT%H:%M:%S")))
-        validate(tmp)
+    need = sum(_dir_bytes(s / "data" / k) for s in srcs for k in keys)      # the same codec: about the sources' size
+    free = shutil.disk_usage(_existing_parent(dest)).free
+    if need > free:
+        raise MergeError(f"{dest}: not enough disk space: the merge needs about {_fmt_bytes(need)}, "
+                         f"{_fmt_bytes(free)} are free in {_existing_parent(dest)}")
+    try:
+        with atomic_dir(dest, overwrite=overwrite, error=MergeError) as tmp, \
+             tqdm(total=total, unit="B", unit_scale=True, desc=f"merge → {dest.name}", disable=not progress) as bar:
+            out = zarr.open_group(str(tmp), mode="a", zarr_format=zarr_format)
+            for k in keys:
+                first = groups[0][f"data/{k}"]
+                comp = (first.compressors or (None,))[0]
+                arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + tuple(first.shape[1:]), first.dtype,
+                                   first.chunks, comp)
+                _copy_key(k, srcs, [g[f"data/{k}"] for g in groups], arr, bar)
+            for name, values in (("episode_ends", all_ends), ("episode_task", episode_task)):
+                m = out.create_array(f"meta/{name}", shape=values.shape, dtype="int64", chunks=(max(1, len(values)),),
+                                     compressors=None)
+                m[...] = values
+            out.attrs.update(task_names=names, merge=dict(sources=provenance, keys=keys, dptoolkit=__version__,
+                                                          created=time.strftime("%Y-%m-%dT%H:%M:%S")))
+            validate(tmp)
+    except StoreError as e: raise MergeError(str(e)) from None          # a damaged source chunk: named by read_chunk_rows
+    except OSError as e:
+        if e.errno != errno.ENOSPC: raise
+        raise MergeError(f"{dest}: the disk filled up while merging (about {_fmt_bytes(need)} needed, "
+                         f"{_fmt_bytes(shutil.disk_usage(_existing_parent(dest)).free)} free in {_existing_parent(dest)}); "
+                         "nothing was written") from None
     return describe(dest)

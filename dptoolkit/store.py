@@ -15,8 +15,9 @@ import zarr
 
 # %% auto #0
 __all__ = ['SAMPLE_TASKS', 'StoreError', 'temp_sibling', 'atomic_dir', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate',
-           'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify', 'default_compressor',
-           'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store', 'sample_data']
+           'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify', 'check_finite',
+           'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store',
+           'sample_data']
 
 # %% ../nbs/00_store.ipynb #cdce336d
 class StoreError(ValueError):
@@ -285,7 +286,7 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
     for key, a in arrays:
         for coords in np.ndindex(*a.cdata_shape):
             f = chunk_file(root, key, a, coords)
-            if not f.exists(): bad.append(f"{key} chunk {coords}: {f} is missing (zarr would read it as {a.fill_value!r})")
+            if not f.exists(): bad.append(f"{key} chunk {coords}: {f} is missing (zarr would read it as {a.fill_value})")
             else:
                 try: a.get_block_selection(coords)
                 except Exception as e: bad.append(f"{key} chunk {coords}: {f}: {type(e).__name__}: {str(e)[:160]}")
@@ -293,6 +294,25 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
     bar.close()
     if bad: raise StoreError(f"{path}: {len(bad)} damaged chunk(s):\n  " + "\n  ".join(bad))
     return info
+
+def check_finite(path, keys):
+    """Refuse NaN/inf in the float arrays `data/<key>` (streamed chunk by chunk): one `StoreError` naming the key, the
+    first bad row, its episode and value. A NaN in the data would poison the normalizer's limits and every loss."""
+    g = open_store(path)
+    ends = np.asarray(g["meta/episode_ends"][:], dtype=np.int64)
+    for k in keys:
+        a = g[f"data/{k}"]
+        if a.dtype.kind != "f": continue
+        C = a.chunks[0]
+        for s in range(0, a.shape[0], C):
+            blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, min(s + C, a.shape[0])))
+            bad = ~np.isfinite(blk.reshape(len(blk), -1))
+            if bad.any():
+                r, c = (int(x[0]) for x in np.nonzero(bad))
+                row = s + r; ep = int(np.searchsorted(ends, row, side="right"))
+                raise StoreError(f"{path}: data/{k} holds {blk.reshape(len(blk), -1)[r, c]} at row {row} (episode {ep}, "
+                                 f"column {c}); {int(bad.sum())} non-finite value(s) in rows {s}-{s + len(blk) - 1}. "
+                                 "Clean or drop that episode: a NaN poisons the normalizer and every loss")
 
 # %% ../nbs/00_store.ipynb #ea241596
 def default_compressor(zarr_format: int = 2):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #0460c02b
 from __future__ import annotations
-import contextlib, copy, json, math, os, platform, shutil, sys, time
+import contextlib, copy, errno, fcntl, json, math, os, platform, shutil, socket, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,8 @@ from .store import describe
 
 # %% auto #0
 __all__ = ['TrainError', 'ResumableSampler', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint',
-           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'train_worker', 'RunResult', 'train']
+           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'lock_run', 'unlock_run', 'train_worker',
+           'RunResult', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
 class TrainError(RuntimeError):
@@ -89,11 +90,22 @@ def _write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: i
     ck = run_dir / "checkpoints"; ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     tmp = ck / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-    if ema is not None:
-        save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()}, str(tmp / "ema.safetensors"))
-    torch.save(state, tmp / "state.pt")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+        if ema is not None:
+            save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()}, str(tmp / "ema.safetensors"))
+        torch.save(state, tmp / "state.pt")
+    except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
+        shutil.rmtree(tmp, ignore_errors=True)
+        need = _tensor_bytes(model.state_dict()) * (2 if ema is not None else 1) + _tensor_bytes(state)
+        free = shutil.disk_usage(ck).free
+        full = getattr(e, "errno", None) == errno.ENOSPC or free < need * 1.1
+        if not full and not isinstance(e, OSError): raise
+        prev = (ck / "latest").read_text().strip() if (ck / "latest").exists() else None
+        raise TrainError(f"{ck}: {'the disk is full' if full else e.strerror}: checkpoint {name} needs about {need / 1e6:.1f} MB, "
+                         f"{free / 1e6:.1f} MB are free; nothing was written" + (f"; {prev} is still 'latest'" if prev else "")) from None
     final = ck / name
     if final.exists(): shutil.rmtree(final)
     tmp.rename(final)
@@ -101,6 +113,13 @@ def _write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: i
     steps = sorted(p for p in ck.glob("step_*") if p.is_dir())
     for old in steps[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
     return final
+
+def _tensor_bytes(obj) -> int:
+    "Bytes of the tensors in a nested dict/list (a checkpoint's size, give or take pickle's framing)."
+    if isinstance(obj, torch.Tensor): return obj.numel() * obj.element_size()
+    if isinstance(obj, dict): return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)): return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 def latest_checkpoint(run_dir) -> Path:
     "The folder `checkpoints/latest` names; `TrainError` if there is none."
@@ -233,6 +252,32 @@ def _params_finite(model, ema) -> bool:
     return bool(torch.stack([torch.isfinite(t).all() for t in ts]).all().item())
 
 # %% ../nbs/05_train.ipynb #890bf854
+_locks = {}   # run folder -> open lock file of this process
+
+def lock_run(run_dir) -> int:
+    """Create `run_dir` and hold an exclusive lock on `run_dir/.lock` (released when the process ends): a second run
+    into the same folder is refused, naming the pid and host that hold it. `TrainError` if the folder cannot be written."""
+    run_dir = Path(run_dir).absolute()
+    if str(run_dir) in _locks: os.close(_locks.pop(str(run_dir)))   # a notebook re-running train_worker in-process
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise TrainError(f"{run_dir}: cannot create the run folder or write in it ({e.strerror}); "
+                         "choose a writable folder (logging.run_dir, --out)") from None
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"; os.close(fd)
+        raise TrainError(f"{run_dir}: another run is training into this folder now (pid {holder}); "
+                         "wait for it or stop it, or choose another folder") from None
+    os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}".encode(), 0)
+    _locks[str(run_dir)] = fd
+    return fd
+
+def unlock_run(run_dir):
+    fd = _locks.pop(str(Path(run_dir).absolute()), None)
+    if fd is not None: os.close(fd)
+
 def train_worker(cfg) -> dict:
     "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and returns metrics."
     cfg = OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg))
@@ -289,6 +334,7 @@ def train_worker(cfg) -> dict:
     gen = torch.Generator(device=device); gen.manual_seed(T.seed * 1000 + rank)
 
     run_dir = _run_dir(cfg)
+    if is_main: lock_run(run_dir)                # a second run into this folder is refused until this one ends
     resume = (run_dir / "checkpoints" / "latest").exists() if T.resume == "auto" else bool(T.resume)
     step, epoch, skip_steps = 0, 0, 0
     if resume:
@@ -335,7 +381,8 @@ def train_worker(cfg) -> dict:
         print(f"dptoolkit train | world {world} | ranks 0-{world - 1} | device {device.type} | backend "
               f"{dist.get_backend() if distributed else 'none'} | batch {p.per_device_batch}/device × {world} × accum {p.grad_accum} "
               f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision} | steps {step}→{total} | "
-              f"{len(train_ds)} windows, {steps_per_epoch} steps/epoch | run {run_dir}", flush=True)
+              f"{len(train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "") +
+              f", {steps_per_epoch} steps/epoch | run {run_dir}", flush=True)
     if distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
     def gather_rng():
@@ -427,6 +474,7 @@ def train_worker(cfg) -> dict:
             result["val_loss_ema"] = _val_loss(ema.module, val_ds, p.per_device_batch, device, autocast, T.seed)
         (run_dir / ".result.tmp").write_text(strict_json(result, indent=1)); os.replace(run_dir / ".result.tmp", run_dir / "result.json")
         log_f.close()
+        unlock_run(run_dir)
     if distributed: dist.barrier()
     return result
 
@@ -445,6 +493,25 @@ class RunResult:
     run_dir: Path
     metrics: dict
 
+def _check_run_dir(rd: Path, resume):
+    """Refuse, before any process starts and without creating anything, a run folder that cannot be written, that
+    another run holds, that holds a run but resume is off, or that has no checkpoint but resume is on."""
+    p = rd.absolute()
+    while not p.exists(): p = p.parent
+    if not os.access(p, os.W_OK):
+        raise TrainError(f"{rd}: cannot create the run folder or write in it ({p} is read-only); "
+                         "choose a writable folder (logging.run_dir, --out)")
+    if (rd / ".lock").exists():
+        fd = os.open(rd / ".lock", os.O_RDONLY)
+        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            raise TrainError(f"{rd}: another run is training into this folder now (pid {os.pread(fd, 200, 0).decode(errors='replace').strip()}); "
+                             "wait for it or stop it, or choose another folder") from None
+        finally: os.close(fd)
+    if resume is True: latest_checkpoint(rd)
+    elif not resume and (rd / "logs.jsonl").exists():
+        raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
+
 def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume: bool | None = None, backend=None,
           progress: bool = True, overrides=(), **launch_kw) -> RunResult:
     "Train `cfg` on `nprocs` processes (GPUs if present, else CPU with gloo) through `launch`; returns a `RunResult`."
@@ -461,6 +528,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     make_plan(cfg, dev.nprocs)                      # refuse an impossible plan before starting processes
     if cfg.task.dataset.zarr_path: check_store_shapes(cfg, describe(cfg.task.dataset.zarr_path))
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
+    _check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,

@@ -1,0 +1,389 @@
+"""The bad-input table (issue 16): every row is one test here, and the train chapter's table ("When things go wrong")
+lists the same rows with the message each one shows. A row calls the real function (or the real `dpt` command), checks
+that exactly one clear error names the culprit, and checks what is left on disk."""
+import json, os, subprocess, time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+from dptoolkit.config import ConfigError, apply_overrides, for_store, load_config, plan, resolve_devices
+from dptoolkit.dataset import SequenceDataset
+from dptoolkit.launch import LaunchError, launch
+from dptoolkit.merge import MergeError, merge
+from dptoolkit.report import ReportError, read_log, summarize
+from dptoolkit.store import StoreError, sample_data, validate, verify, write_store
+from dptoolkit.train import TrainError, _write_checkpoint, latest_checkpoint, load_checkpoint, lock_run, train, unlock_run
+from conftest import ROOT, dpt
+
+ROWS = {}   # id -> (area, input, the words the message must contain, what is left on disk)
+
+
+def row(id, area, what, says, left="nothing new"):
+    def deco(fn):
+        ROWS[id] = (area, what, says, left, fn)
+        return fn
+    return deco
+
+
+def files(d):
+    return sorted(str(p.relative_to(d)) for p in Path(d).rglob("*")) if Path(d).exists() else []
+
+
+def raises(exc, says, fn, *a, **kw):
+    "Call fn; it must raise exactly `exc` with a one-line message containing `says`. Returns the message."
+    with pytest.raises(exc) as e: fn(*a, **kw)
+    msg = str(e.value)
+    assert says in msg, msg
+    assert "Traceback" not in msg
+    return msg
+
+
+@contextmanager
+def tmpfs(path, size, ro=False):
+    "A small tmpfs the test mounts (root only); skipped with the reason where it cannot."
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}" + (",ro" if ro else ""), "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode: pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or 'needs root'})")
+    try: yield path
+    finally: subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return sample_data(tmp_path_factory.mktemp("s"), tasks=1, episodes=6, seed=3)[0]
+
+
+@pytest.fixture(scope="module")
+def finished(store, tmp_path_factory):
+    "A finished 1-rank run of the test config (4 steps, checkpoints at 2 and 4)."
+    rd = tmp_path_factory.mktemp("run") / "run"
+    cfg = for_store(store, name="test")
+    train(cfg, nprocs=1, run_dir=rd, progress=False,
+          overrides=["training.max_steps=4", "training.checkpoint_every=2", "training.log_every=2", "training.device=cpu"])
+    return rd, cfg
+
+
+def _copy(src, dst):
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _store(tmp, name, data=None, ends=(20, 40, 60)):
+    x = np.repeat(np.linspace(-1, 1, 60, dtype=np.float32)[:, None], 3, axis=1)   # smooth: Blosc compresses it
+    return Path(write_store(tmp / name, data or {"state": x, "action": x}, list(ends), chunk_steps=20).path)
+
+
+# ---------------------------------------------------------------- store
+@row("S1", "store", "a path that does not exist", "no such file or folder")
+def _(tmp):
+    raises(StoreError, "no such file or folder", validate, tmp / "nope.zarr")
+
+@row("S2", "store", "a file instead of a store folder", "not a zarr store (a zarr store is a folder)")
+def _(tmp):
+    (tmp / "x.zarr").write_text("hi")
+    raises(StoreError, "not a zarr store (a zarr store is a folder)", validate, tmp / "x.zarr")
+
+@row("S3", "store", "an object (pickled) array in data/", "refusing to load it because decoding it could run arbitrary code")
+def _(tmp):
+    p = _store(tmp, "p.zarr")
+    (p / "data" / "obj").mkdir()
+    (p / "data" / "obj" / ".zarray").write_text(json.dumps(dict(zarr_format=2, shape=[60], chunks=[60], dtype="|O",
+        compressor=None, fill_value=0, filters=[{"id": "pickle"}], order="C")))
+    raises(StoreError, "refusing to load it because decoding it could run arbitrary code", validate, p)
+
+@row("S4", "store", "an empty store (0 episodes)", "meta/episode_ends is empty (no episodes)")
+def _(tmp):
+    g = zarr.open_group(str(tmp / "e.zarr"), mode="w", zarr_format=2)
+    g.create_array("data/state", shape=(0, 3), dtype="f4"); g.create_array("data/action", shape=(0, 3), dtype="f4")
+    g.create_array("meta/episode_ends", shape=(0,), dtype="i8")
+    raises(StoreError, "meta/episode_ends is empty (no episodes)", validate, tmp / "e.zarr")
+
+@row("S5", "store", "episode_ends that go backwards", "meta/episode_ends not strictly increasing at index 1: 40 then 30")
+def _(tmp):
+    p = _store(tmp, "b.zarr")
+    zarr.open_array(str(p / "meta" / "episode_ends"), mode="r+")[:] = [40, 30, 60]
+    raises(StoreError, "not strictly increasing at index 1: 40 then 30", validate, p)
+
+@row("S6", "store", "`.zarray` with a wrong shape (data/state says 80 steps)", "data arrays have different lengths along time: data/action=60, data/state=80")
+def _(tmp):
+    p = _store(tmp, "z.zarr")
+    meta = json.loads((p / "data/state/.zarray").read_text()); meta["shape"][0] = 80
+    (p / "data/state/.zarray").write_text(json.dumps(meta))
+    raises(StoreError, "different lengths along time: data/action=60, data/state=80", validate, p)
+
+@row("S7", "store", "a damaged chunk (20 bytes zeroed in data/state/0.0); `verify`", "1 damaged chunk(s): data/state chunk (0, 0): …/data/state/0.0: RuntimeError: error during blosc decompression")
+def _(tmp):
+    p = _store(tmp, "d.zarr")
+    f = p / "data/state/0.0"; raw = bytearray(f.read_bytes()); raw[16:36] = bytes(20); f.write_bytes(bytes(raw))
+    validate(p)                                                   # metadata alone cannot see it
+    msg = raises(StoreError, "1 damaged chunk(s)", verify, p, progress=False)
+    assert f"data/state chunk (0, 0): {f}" in msg and "blosc" in msg
+
+@row("S8", "store", "a truncated chunk file; `verify`", "data/action chunk (1, 0): …/data/action/1.0: … (the codec's complaint)")
+def _(tmp):
+    p = _store(tmp, "t.zarr")
+    f = p / "data/action/1.0"; f.write_bytes(f.read_bytes()[:30])
+    msg = raises(StoreError, f"data/action chunk (1, 0): {f}:", verify, p, progress=False)
+    assert "1 damaged chunk(s)" in msg
+
+@row("S9", "store", "a missing chunk file (zarr would read zeros); `verify` and training", "data/state chunk 2 (…/data/state/2.0) is missing; zarr would read it as zeros")
+def _(tmp):
+    p = _store(tmp, "m.zarr")
+    (p / "data/state/2.0").unlink()
+    assert "data/state/2.0 is missing (zarr would read it as 0.0)" in raises(StoreError, "1 damaged chunk(s)", verify, p, progress=False)
+    raises(StoreError, f"data/state chunk 2 ({p}/data/state/2.0) is missing; zarr would read it as zeros",
+           SequenceDataset, p, horizon=4)
+
+@row("S10", "store", "NaN inside data/action; the dataset opens", "data/action holds nan at row 45 (episode 2, column 1)")
+def _(tmp):
+    x = np.random.default_rng(0).standard_normal((60, 3)).astype(np.float32); a = x.copy(); a[45, 1] = np.nan
+    p = _store(tmp, "n.zarr", {"state": x, "action": a})
+    raises(StoreError, "data/action holds nan at row 45 (episode 2, column 1)", SequenceDataset, p, horizon=4)
+
+@row("S11", "store", "every episode shorter than a window (horizon 16, pads 0)", "no episode is long enough for a window: windows need at least 16 steps")
+def _(tmp):
+    p = _store(tmp, "s.zarr", ends=(10, 20, 30, 40, 50, 60))
+    msg = raises(StoreError, "no episode is long enough for a window: windows need at least 16 steps", SequenceDataset, p, horizon=16)
+    assert "the longest of the 6 episode(s) has 10" in msg
+    assert SequenceDataset(p, horizon=16, pad_before=2, pad_after=5).skipped == 0   # with RoboTwin's pads they fit
+
+@row("S12", "store", "some episodes shorter than a window", "(works: skipped and counted: '1 short episode(s) skipped', the banner says '1 episodes shorter than a window skipped')")
+def _(tmp):
+    p = _store(tmp, "s2.zarr", ends=(5, 30, 60))
+    ds = SequenceDataset(p, horizon=8)
+    assert ds.skipped == 1 and "1 short episode(s) skipped" in repr(ds) and len(ds) == (25 - 7) + (30 - 7)
+
+
+# ---------------------------------------------------------------- merge
+@row("M1", "merge", "the destination is one of the sources", "the destination is a source; write the merge elsewhere")
+def _(tmp):
+    a, b = sample_data(tmp / "t", tasks=2, episodes=2)
+    raises(MergeError, "the destination is a source", merge, [a, b], a, progress=False)
+
+@row("M2", "merge", "sources with different data keys", "data keys ['action', 'state', 'x'] differ from ['action', 'state'] … pass keys= (--keys)")
+def _(tmp):
+    a = _store(tmp, "a.zarr")
+    x = np.zeros((60, 3), np.float32); b = _store(tmp, "b.zarr", {"state": x, "action": x, "x": x})
+    raises(MergeError, "pass keys= (--keys) to merge the keys all sources share: action,state", merge, [a, b], tmp / "o.zarr", progress=False)
+    assert not (tmp / "o.zarr").exists()
+
+@row("M3", "merge", "14-dim and 16-dim sources", "data/action has shape (*, 16), expected (*, 14)")
+def _(tmp):
+    a = sample_data(tmp / "a", tasks=1, episodes=2)[0]; b = sample_data(tmp / "b", tasks=1, episodes=2, dim=16)[0]
+    raises(MergeError, "data/action has shape (*, 16), expected (*, 14)", merge, [a, b], tmp / "o.zarr", progress=False)
+    assert not (tmp / "o.zarr").exists()
+
+@row("M4", "merge", "a destination that exists", "already exists; pass overwrite=True (--overwrite) to replace it", "the old destination, untouched")
+def _(tmp):
+    a, b = sample_data(tmp / "t", tasks=2, episodes=2)
+    (tmp / "o.zarr").mkdir(); (tmp / "o.zarr" / "keep").write_text("x")
+    raises(MergeError, "already exists; pass overwrite=True", merge, [a, b], tmp / "o.zarr", progress=False)
+    assert files(tmp / "o.zarr") == ["keep"]
+
+@row("M5", "merge", "a damaged chunk in a source", "…/b.zarr: data/state chunk 0 (…/b.zarr/data/state/0.0) cannot be decoded")
+def _(tmp):
+    a = _store(tmp, "a.zarr"); b = _store(tmp, "b.zarr")
+    f = b / "data/state/0.0"; raw = bytearray(f.read_bytes()); raw[16:36] = bytes(20); f.write_bytes(bytes(raw))
+    raises(MergeError, f"{b}: data/state chunk 0 ({f}) cannot be decoded", merge, [a, b], tmp / "o.zarr", progress=False)
+    assert not (tmp / "o.zarr").exists() and not list(tmp.glob(".o.zarr*"))
+
+@row("M6", "merge", "a destination disk without the space (tmpfs 64 KB)", "not enough disk space: the merge needs about … KB, … KB are free in …")
+def _(tmp):
+    srcs = sample_data(tmp / "t", tasks=3, episodes=6)
+    with tmpfs(tmp / "small", "64k") as d:
+        raises(MergeError, "not enough disk space: the merge needs about", merge, srcs, d / "o.zarr", progress=False)
+        assert files(d) == []
+
+@row("M7", "merge", "the disk fills up during the merge", "the disk filled up while merging (about … needed, … free in …); nothing was written")
+def _(tmp):
+    srcs = sample_data(tmp / "t", tasks=3, episodes=6)
+    need = sum(f.stat().st_size for s in srcs for f in (s / "data").rglob("*") if f.is_file())
+    # enough for the estimate, not for tmpfs's 4 KB pages per chunk file: the write itself runs out
+    with tmpfs(tmp / "small", f"{(need * 105 // 100) // 4096 * 4096 + 8192}") as d:
+        raises(MergeError, "the disk filled up while merging", merge, srcs, d / "o.zarr", progress=False)
+        assert files(d) == []
+
+
+# ---------------------------------------------------------------- config
+@row("C1", "config", "an override with a misspelt key (`training.max_step=5`)", "unknown config key 'training.max_step'; did you mean training.max_steps?")
+def _(tmp):
+    raises(ConfigError, "unknown config key 'training.max_step'; did you mean training.max_steps", load_config, "test", ["training.max_step=5"])
+
+@row("C2", "config", "an override of the wrong type (`dataloader.batch_size=big`)", "dataloader.batch_size expects int")
+def _(tmp):
+    raises(ConfigError, "dataloader.batch_size expects int", load_config, "test", ["dataloader.batch_size=big"])
+
+@row("C3", "config", "a packaged config that does not exist", "no packaged config 'robot_dp_15'; packaged: robot_dp_10, robot_dp_14, robot_dp_16, test")
+def _(tmp):
+    raises(ConfigError, "no packaged config 'robot_dp_15'", load_config, "robot_dp_15")
+
+@row("C4", "config", "16-dim data for a 14-dim config", "action dimension 16 but config robot_dp_14 is for 14")
+def _(tmp):
+    d16 = sample_data(tmp / "d", tasks=1, episodes=2, dim=16)[0]
+    raises(ConfigError, "action dimension 16 but config robot_dp_14 is for 14", for_store, d16, name="robot_dp_14")
+
+@row("C5", "config", "a global batch that does not split over the ranks (batch 10 on 4)", "global batch 10 is not divisible by world size 4")
+def _(tmp):
+    raises(ConfigError, "global batch 10 is not divisible by world size 4", plan, load_config("test", ["dataloader.batch_size=10"]), 4)
+
+
+# ---------------------------------------------------------------- train
+def _cfg(store, **kw):
+    return for_store(store, name="test", overrides=["training.device=cpu", "training.max_steps=4", "training.log_every=2",
+                                                     *[f"{k}={v}" for k, v in kw.items()]])
+
+@row("T1", "train", "a run folder on a read-only file system", "cannot create the run folder or write in it (… is read-only)")
+def _(tmp, store):
+    with tmpfs(tmp / "ro", "1m", ro=True) as d:
+        raises(TrainError, "cannot create the run folder or write in it", train, _cfg(store), nprocs=1, run_dir=d / "run", progress=False)
+        assert files(d) == []
+
+@row("T2", "train", "a second run into a folder another run is training into", "another run is training into this folder now (pid … on …)", "the first run, untouched")
+def _(tmp, store):
+    rd = tmp / "busy"
+    lock_run(rd)                                                 # what rank 0 of a live run holds
+    try: raises(TrainError, f"pid {os.getpid()} on", train, _cfg(store), nprocs=1, run_dir=rd, progress=False)
+    finally: unlock_run(rd)
+    assert files(rd) == [".lock"]
+
+@row("T3", "train", "a folder that holds a finished run, without resume", "already holds a run (logs.jsonl); pass resume (--resume)", "the old run, untouched")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r"); before = files(rd)
+    raises(Exception, "already holds a run (logs.jsonl); pass resume (--resume)", train, finished[1], nprocs=1, run_dir=rd,
+           progress=False, overrides=["training.device=cpu"])
+    assert files(rd) == before
+
+@row("T4", "train", "resume with a different model (`policy.down_dims=[16,32]`)", "…/model.safetensors: model.mid_modules.0.blocks.0.block.0.weight has shape [64, 64, 5], this model expects [32, 32, 5]", "the old run, untouched")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r"); before = files(rd)
+    msg = raises(Exception, "model.mid_modules.0.blocks.0.block.0.weight has shape [64, 64, 5], this model expects [32, 32, 5]", train, finished[1], nprocs=1, run_dir=rd, resume=True,
+                 progress=False, overrides=["training.device=cpu", "policy.down_dims=[16,32]", "training.max_steps=8"])
+    assert "model.safetensors" in msg
+    assert files(rd) == before
+
+@row("T5", "train", "resume where no checkpoint exists", "no checkpoint to resume from (no 'latest' file)")
+def _(tmp, store):
+    raises(Exception, "no checkpoint to resume from", train, _cfg(store), nprocs=1, run_dir=tmp / "new", resume=True, progress=False)
+
+@row("T6", "train", "a corrupt checkpoint file (truncated model.safetensors)", "model.safetensors: cannot be read (…); the checkpoint is corrupt")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r")
+    f = latest_checkpoint(rd) / "model.safetensors"; f.write_bytes(f.read_bytes()[:100])
+    raises(TrainError, "the checkpoint is corrupt", load_checkpoint, latest_checkpoint(rd))
+
+@row("T7", "train", "the disk fills up while a checkpoint is written (tmpfs)", "the disk is full: checkpoint step_000002 needs about … MB, … MB are free; nothing was written; step_000001 is still 'latest'", "the previous checkpoint, still 'latest' and loadable")
+def _(tmp):
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256))   # 0.5 MB of weights
+    with tmpfs(tmp / "small", "1200k") as d:
+        _write_checkpoint(d, 1, model, None, {"step": 1}, keep=5)
+        raises(TrainError, "the disk is full: checkpoint step_000002 needs about", _write_checkpoint, d, 2, model, None,
+               {"step": 2, "optimizer": {k: v.clone() for k, v in model.state_dict().items()}}, keep=5)
+        assert (d / "checkpoints/latest").read_text() == "step_000001"
+        assert sorted(p.name for p in (d / "checkpoints").iterdir()) == ["latest", "step_000001"]   # no temp folder
+        ck = load_checkpoint(latest_checkpoint(d))
+        assert torch.equal(ck["model"]["0.weight"], model[0].weight.detach())
+
+@row("T8", "train", "a batch larger than the training windows", "give no full step of 4096 × accum 1; lower dataloader.batch_size")
+def _(tmp, store):
+    raises(Exception, "give no full step of 4096 × accum 1", train, _cfg(store, **{"dataloader.batch_size": 4096}), nprocs=1,
+           run_dir=tmp / "r", progress=False)
+
+@row("T9", "train", "a diverging loss (`optimizer.lr=1e6`)", "TrainError: step 25: loss is nan … step_000020, stays 'latest'", "good checkpoints only; 'latest' loads with finite weights")
+def _(tmp):
+    pytest.skip("tested end to end by tests/test_trust.py::test_diverging_run_stops_and_keeps_the_last_good_checkpoint")
+
+
+# ---------------------------------------------------------------- launch
+@row("L1", "launch", "`nprocs=0`", "nprocs=0: must be at least 1")
+def _(tmp):
+    raises(LaunchError, "nprocs=0: must be at least 1", launch, print, nprocs=0)
+
+@row("L2", "launch", "GPU ids on a machine without a GPU (`--gpus 0,1`)", "gpu_ids=[0, 1] asked for, but no CUDA GPU is visible")
+def _(tmp):
+    raises(ConfigError, "gpu_ids=[0, 1] asked for, but no CUDA GPU is visible", resolve_devices, gpu_ids="0,1", visible=0)
+
+@row("L3", "launch", "a function that cannot be sent to the ranks (it holds a lock)", "cannot send '<lambda>' to the ranks: TypeError: cannot pickle '_thread.lock' object")
+def _(tmp):
+    import threading
+    lock = threading.Lock()
+    raises(LaunchError, "cannot send '<lambda>' to the ranks: TypeError: cannot pickle '_thread.lock' object", launch, lambda: lock, nprocs=1)
+
+
+# ---------------------------------------------------------------- report
+@row("R1", "report", "a folder that is not a run", "no logs.jsonl (is this a run folder?)")
+def _(tmp):
+    raises(ReportError, "no logs.jsonl (is this a run folder?)", read_log, tmp)
+
+@row("R2", "report", "a log with a damaged line (not the last: a live run's torn last line is skipped)", "line 2 is not JSON")
+def _(tmp):
+    (tmp / "logs.jsonl").write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo\n{"step": 3, "loss": 0.9}\n{"step": 4, "lo')
+    raises(ReportError, "line 2 is not JSON", read_log, tmp)
+    (tmp / "logs.jsonl").write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo')
+    assert list(read_log(tmp)["step"]) == [1]
+
+
+# ---------------------------------------------------------------- CLI (the real command: one line, exit 1, no traceback)
+def _cli(*args, says, code=1):
+    r = dpt(*args)
+    lines = [l for l in r.stderr.splitlines() if l.startswith("dpt: error")]
+    assert r.returncode == code and len(lines) == 1 and says in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    return r
+
+@row("X1", "CLI", "`dpt train --data missing.zarr`", "dpt: error: …/missing.zarr: no such file or folder")
+def _(tmp):
+    _cli("train", "--data", tmp / "missing.zarr", "--out", tmp / "r", says="missing.zarr: no such file or folder")
+    assert not (tmp / "r").exists()
+
+@row("X2", "CLI", "two `dpt train` into the same run folder at once", "dpt: error: …/r: another run is training into this folder now (pid … on …)", "the first run, which goes on")
+def _(tmp, store):
+    rd = tmp / "r"
+    first = subprocess.Popen(["dpt", "train", "--config", "test", "--data", str(store), "--out", str(rd), "--nprocs", "1",
+                              "--no-progress", "training.max_steps=100000", "training.checkpoint_every=0", "training.log_every=5"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        t0 = time.time()
+        while not ((rd / ".lock").exists() and (rd / ".lock").read_text()):   # rank 0 holds the folder
+            assert first.poll() is None and time.time() - t0 < 120, first.communicate()
+            time.sleep(0.2)
+        _cli("train", "--config", "test", "--data", store, "--out", rd, "--nprocs", 1, "--resume", says="another run is training into this folder now")
+        assert first.poll() is None                               # the first run is untouched
+    finally:
+        first.terminate(); first.wait(60)
+
+@row("X3", "CLI", "`dpt inspect --verify` on a store with a damaged chunk", "dpt: error: …: 1 damaged chunk(s): data/state chunk (0, 0): …/data/state/0.0: …")
+def _(tmp):
+    p = _store(tmp, "d.zarr")
+    f = p / "data/state/0.0"; raw = bytearray(f.read_bytes()); raw[16:36] = bytes(20); f.write_bytes(bytes(raw))
+    r = dpt("inspect", p, "--verify")
+    assert r.returncode == 1 and "1 damaged chunk(s)" in r.stderr and f"{f}" in r.stderr and "Traceback" not in r.stderr
+
+@row("X4", "CLI", "a misspelt override on the command line", "dpt: error: override 'training.max_step=5': unknown config key")
+def _(tmp, store):
+    _cli("train", "--config", "test", "--data", store, "--out", tmp / "r", "training.max_step=5", says="unknown config key 'training.max_step'")
+    assert not (tmp / "r").exists()
+
+
+@pytest.mark.parametrize("rid", list(ROWS))
+def test_bad_input(rid, tmp_path, request):
+    fn = ROWS[rid][-1]
+    import inspect
+    extra = {n: request.getfixturevalue(n) for n in inspect.signature(fn).parameters if n != "tmp"}
+    fn(tmp_path, **extra)
+
+
+def test_the_chapter_table_lists_every_row():
+    "The train chapter's table has one line per row here, with the same message words."
+    nb = json.loads((ROOT / "nbs" / "05_train.ipynb").read_text())
+    table = [l for c in nb["cells"] if c["cell_type"] == "markdown" for l in "".join(c["source"]).splitlines() if l.startswith("| ")]
+    by_id = {l.split("|")[1].strip(): l for l in table}
+    assert len(ROWS) >= 25
+    for rid, (area, what, says, left, _) in ROWS.items():
+        assert rid in by_id, f"row {rid} missing from the chapter's table"
+        assert says.replace("|", "\\|") in by_id[rid], (rid, says, by_id[rid])
