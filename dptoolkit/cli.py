@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse, json, os, signal, sys, time
 from pathlib import Path
 
+from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
+
 # %% auto #0
-__all__ = ['CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_merge', 'cmd_config', 'cmd_train', 'cmd_report', 'cmd_slurm',
-           'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main', 'threading_main']
+__all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_merge', 'cmd_config', 'cmd_train', 'cmd_report',
+           'cmd_eval', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser',
+           'main', 'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -96,12 +99,22 @@ def cmd_report(a):
     s = summarize(a.runs, warmup=a.warmup)
     cols = ["run", "world_size", "per_device_batch", "global_batch", "steps", "samples_per_s", "speedup", "efficiency", "data_share", "final_loss"]
     if a.json: print(s.to_json(orient="records", indent=1))
-    else: print(s[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    else: print(s[cols].to_string(index=False, float_format=plain))
     if a.output:
         plt = _plt()
         fig, axs = plt.subplots(1, 4, figsize=(17, 3.4))
         plot_throughput(s, ax=axs[0]); plot_speedup(s, ax=axs[1]); plot_loss(a.runs, ax=axs[2:])
         fig.tight_layout(); Path(a.output).parent.mkdir(parents=True, exist_ok=True); fig.savefig(a.output, dpi=110)
+        print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
+
+def cmd_eval(a):
+    from dptoolkit.evaluate import evaluate
+    ev = evaluate(a.run, a.data, a.split, max_windows=a.windows, sampler=a.sampler, steps=a.steps, seed=a.seed,
+                  progress=not a.json and not a.no_progress)
+    if a.json: print(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
+    else: print(ev.summary())
+    if a.output:
+        fig = ev.plot(); Path(a.output).parent.mkdir(parents=True, exist_ok=True); fig.savefig(a.output, dpi=110)
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
 def cmd_slurm(a):
@@ -131,15 +144,21 @@ def bundled_data() -> Path | None:
     p = Path(dptoolkit.__file__).resolve().parent.parent / "data" / "tasks"
     return p if p.is_dir() and list(p.glob("*.zarr")) else None
 
-def demo(out="dpt-demo", nprocs=None, steps: int = 200, config: str = "test", overwrite: bool = False,
+# the demo's model: the test config's U-Net widened to [64, 128], predicting the clean action (diffusion_policy's
+# prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise (epsilon)
+DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8", "policy.prediction_type=sample"]
+
+def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
          progress: bool = True, batch: int = 16) -> dict:
-    "Merge → inspect → config + plan → train N and 1 processes → speed-up table and figures. Returns the paths."
+    """Merge → inspect → config + plan → train on N processes → time 1 process → speed-up table and figures →
+    offline evaluation of the trained policy. Returns the paths, the summary and the evaluation."""
     import shutil
     from dptoolkit.store import sample_data, episodes
     from dptoolkit.merge import merge
     from dptoolkit.config import for_store, select_config, plan, resolve_devices
-    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt
+    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt, read_log
     from dptoolkit.train import train
+    from dptoolkit.evaluate import evaluate
     out = Path(out).absolute()
     data = bundled_data()
     if data is not None and (out == data.parent or data.parent in out.parents or out in data.parents):
@@ -163,32 +182,48 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 200, config: str = "test", ov
     chosen = select_config(out / "merged.zarr")
     dev = resolve_devices(num_gpus=nprocs if nprocs else (None if resolve_devices().kind == "cuda" else 2))
     n = dev.nprocs
-    print(f"action dimension {info.action_dim} → {chosen}.yaml" + (f"; training the '{config}' model size for the demo" if config != chosen else ""))
+    small = config == "test"
+    print(f"action dimension {info.action_dim} → {chosen}.yaml" + (f"; training the '{config}' model size for the demo"
+          + (" (U-Net [64, 128], predicting the clean action)" if small else "") if config != chosen else ""))
     print(dev.note or f"GPUs {dev.ids} with {dev.backend}")
-    cfg = for_store(out / "merged.zarr", [f"dataloader.batch_size={batch}", "scaling.keep_effective_batch_size=false",
-                                          f"training.max_steps={steps}", f"training.log_every={max(1, steps // 10)}",
-                                          f"training.checkpoint_every={steps // 2}"], name=config)
-    for ws in sorted({n, 1}, reverse=True): print(plan(cfg, ws))
+    base = [f"dataloader.batch_size={batch}", "scaling.keep_effective_batch_size=false", "task.dataset.val_ratio=0.15"]
+    base += DEMO_MODEL if small else []
+    runs_cfg = []   # (world size, steps): the parallel run learns; the 1-process run is a shorter timing baseline
+    for ws, k in ([(n, steps), (1, max(20, steps // 5))] if n > 1 else [(1, steps)]):
+        runs_cfg.append((ws, k, for_store(out / "merged.zarr", base + [f"training.max_steps={k}", f"training.log_every={max(1, k // 10)}",
+                                                                       f"training.checkpoint_every={k // 2}"], name=config)))
+    for ws, _, c in runs_cfg: print(plan(c, ws))
     runs = []
-    for i, ws in enumerate(sorted({n, 1}, reverse=True)):
-        step(3 + i, f"train {steps} steps on {ws} process{'es' if ws > 1 else ''}")
-        r = train(cfg, nprocs=ws, gpu_ids=dev.ids[:ws] if dev.kind == "cuda" else None, run_dir=out / f"run_{ws}proc", progress=progress)
-        print(f"final loss {r.metrics['final_loss']:.4f}, {r.metrics['samples_per_s']:.1f} samples/s, {r.metrics['wall_s']:.1f} s")
+    for i, (ws, k, c) in enumerate(runs_cfg):
+        what = f"train {k} steps on {ws} process{'es' if ws > 1 else ''}" + (" (the speed-up baseline)" if i else "")
+        step(3 + i, what)
+        r = train(c, nprocs=ws, gpu_ids=dev.ids[:ws] if dev.kind == "cuda" else None, run_dir=out / f"run_{ws}proc", progress=progress)
+        lg = read_log(r.run_dir)["loss"]
+        print(f"loss {lg.iloc[0]:.3f} → {lg.iloc[-1]:.3f} (first and last logged), {plain(r.metrics['samples_per_s'])} samples/s, "
+              f"{r.metrics['wall_s']:.1f} s")
         runs.append(r.run_dir)
     step(3 + len(runs), "report from the rank-0 logs")
     s = summarize(runs)
     print(s[["world_size", "per_device_batch", "global_batch", "samples_per_s", "speedup", "efficiency", "data_share"]]
-          .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+          .to_string(index=False, float_format=plain))
     if dev.kind == "cpu":
         print("(CPU processes share this machine's cores, so CPU speed-up says little; on GPUs each rank has its own device)")
+    step(4 + len(runs), f"evaluate the {runs_cfg[0][0]}-process run's policy on its held-out episodes")
+    ev = evaluate(runs[0], progress=progress)
+    print(ev.summary())
+    pm, hm, mm = (ev.metrics.loc[k, "mse"] for k in ("policy", "hold", "mean"))
+    print(f"the policy's action error is {pm / mm:.2f}× that of predicting the mean action" +
+          (f" and {pm / hm:.2f}× that of holding the joint state still: " + ("it beats both." if pm < hm else
+           "holding still is hard to beat over a short chunk of smooth motion (RoboTwin's action is the next joint state)")))
     plt = _plt()
-    figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs)}
+    figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs), "eval": ev.plot()}
     paths = {}
     for name, fig in figs.items():
         paths[name] = out / f"{name}.png"; fig.savefig(paths[name], dpi=110); plt.close(fig)
     (out / "summary.csv").write_text(s.to_csv(index=False))
-    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values()) + f"\ntable:\n  {out / 'summary.csv'}")
-    return dict(out=out, runs=runs, figures=paths, summary=s)
+    (out / "eval.json").write_text(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
+    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values()) + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
+    return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
 
 def cmd_demo(a):
     t0 = time.time()
@@ -203,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the whole pipeline on the bundled data/: merge → config → train → report")
     d.add_argument("--out", default="dpt-demo", help="output folder (default ./dpt-demo)")
     d.add_argument("--nprocs", type=int, help="processes for the parallel run (default: 2 on CPU, all GPUs)")
-    d.add_argument("--steps", type=int, default=200); d.add_argument("--config", default="test")
+    d.add_argument("--steps", type=int, default=500, help="steps of the parallel run (the 1-process timing run: a fifth)")
+    d.add_argument("--config", default="test")
     d.add_argument("--overwrite", action="store_true"); d.add_argument("--no-progress", action="store_true")
     d.set_defaults(fn=cmd_demo)
     s = sub.add_parser("sample-data", help="write small, realistic sample task stores")
@@ -235,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("runs", nargs="+"); r.add_argument("-o", "--output", help="figure file (PNG)")
     r.add_argument("--json", action="store_true"); r.add_argument("--warmup", type=int, default=1)
     r.set_defaults(fn=cmd_report)
+    ev = sub.add_parser("eval", help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes")
+    ev.add_argument("run"); ev.add_argument("--data", help="store to evaluate on (default: the run's own)")
+    ev.add_argument("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)")
+    ev.add_argument("--windows", type=int, default=256, help="at most this many windows (default 256)")
+    ev.add_argument("--sampler", choices=["ddim", "ddpm"], default="ddim"); ev.add_argument("--steps", type=int, help="denoising steps (default: 10 for DDIM, the config's for DDPM)")
+    ev.add_argument("--seed", type=int, default=0); ev.add_argument("--json", action="store_true")
+    ev.add_argument("-o", "--output", help="trajectory figure file (PNG)"); ev.add_argument("--no-progress", action="store_true")
+    ev.set_defaults(fn=cmd_eval)
     sl = sub.add_parser("slurm", help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue")
     sl.add_argument("--nodes", type=int, default=1); sl.add_argument("--gpus-per-node", type=int, default=1)
     sl.add_argument("--cpu", action="store_true", help="no GPUs: each node's ranks are CPU processes with gloo")
@@ -261,6 +305,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)          # usage errors: argparse prints 'dpt: error: ...' and exits 2
     if threading_main():
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # run cleanup (temp folders, child ranks)
+    if os.environ.get("DPT_PARENT_PID"): _exit_with_parent(int(os.environ.pop("DPT_PARENT_PID")))
     try:
         args.fn(args)
         return 0
@@ -275,6 +320,16 @@ def main(argv=None) -> int:
         if getattr(e, "rank_traceback", None):   # a rank failed: its error in one line, its traceback with --debug
             print(f"dpt: error: {e.headline} (run with --debug for rank {e.rank}'s traceback)", file=sys.stderr); return 1
         print(f"dpt: error: {e}", file=sys.stderr); return 1
+
+def _exit_with_parent(pid: int, every: float = 1.0):
+    "A background run (train(wait=False)) stops, with a checkpoint, when the kernel that started it is gone: no orphans."
+    import threading
+    def watch():
+        while True:
+            time.sleep(every)
+            if os.getppid() != pid:
+                os.kill(os.getpid(), signal.SIGTERM); return
+    threading.Thread(target=watch, daemon=True, name="dpt-parent-watch").start()
 
 def threading_main():
     import threading

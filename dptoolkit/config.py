@@ -55,7 +55,8 @@ def select_config(path_or_dim) -> str:
 # %% ../nbs/02_config.ipynb #f240d5a9
 _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_precision": ("auto", "no", "bf16", "fp16"),
             "policy.sampler": ("ddpm", "ddim"), "ddp.backend": ("auto", "nccl", "gloo"),
-            "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"), "policy.prediction_type": ("epsilon", "sample")}
+            "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"), "policy.prediction_type": ("epsilon", "sample"),
+            "logging.wandb.mode": ("online", "offline", "disabled")}
 
 def _all_keys(cfg, prefix=""):
     for k, v in cfg.items():

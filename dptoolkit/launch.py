@@ -157,7 +157,8 @@ class _Bar:
         if not self.enabled: return
         from tqdm.auto import tqdm
         if self.bar is None:
-            self.bar = tqdm(total=f.get("total"), desc=f.get("desc", "train"), unit="step", dynamic_ncols=True)
+            # initial= the first reported step: the rate counts from here (not step/0 s before the first real update)
+            self.bar = tqdm(total=f.get("total"), initial=f.get("step", 0), desc=f.get("desc", "train"), unit="step", dynamic_ncols=True)
         if "total" in f and f["total"] != self.bar.total: self.bar.total = f["total"]
         if "step" in f: self.bar.n = f["step"]
         post = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in f.items() if k not in ("step", "total", "desc")}

@@ -15,7 +15,8 @@ from .launch import launch
 from .train import train
 
 # %% auto #0
-__all__ = ['SEED_TABLE', 'ReportError', 'read_log', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'sweep', 'watch']
+__all__ = ['SEED_TABLE', 'ReportError', 'plain', 'read_log', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'sweep',
+           'watch']
 
 # %% ../nbs/07_report.ipynb #863ba94d
 class ReportError(ValueError):
@@ -24,6 +25,12 @@ class ReportError(ValueError):
 SEED_TABLE = {1: 1.0, 2: 1.8, 4: 3.5, 8: 6.5}   # the speed-ups the guides quote, drawn as reference points
 
 # %% ../nbs/07_report.ipynb #a4ef6c85
+def plain(x) -> str:
+    "A table number as a plain figure: 1450, 12.35, 0.842 (never 1.45e+03)."
+    if x is None or (isinstance(x, float) and not np.isfinite(x)): return ""
+    a = abs(x)
+    return f"{x:.0f}" if a >= 100 else f"{x:.2f}" if a >= 1 else f"{x:.3f}" if a >= 0.001 or a == 0 else f"{x:.2e}"
+
 def read_log(run_dir) -> pd.DataFrame:
     "`logs.jsonl` of a run as a DataFrame; skips a torn last line (a run still writing) and keeps the last record of a step."
     f = Path(run_dir) / "logs.jsonl"
@@ -161,13 +168,13 @@ def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_bat
     return summarize(runs)
 
 # %% ../nbs/07_report.ipynb #0dcb19b4
-def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int | None = None):
-    "Live view of a training run's loss and samples/s, redrawn in place until the run finishes."
+def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int | None = None, until=None):
+    "Live view of a training run's loss and samples/s, redrawn in place until the run finishes (or `until()` is true)."
     from IPython.display import display, clear_output
     plt = _plt()
     t0, n = time.time(), 0
     while True:
-        done = (Path(run_dir) / "result.json").exists()
+        done = until() if until is not None else (Path(run_dir) / "result.json").exists()
         try: df = read_log(run_dir)
         except ReportError: df = None
         if df is not None:

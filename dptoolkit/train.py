@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #0460c02b
 from __future__ import annotations
-import contextlib, copy, errno, fcntl, json, math, os, platform, shutil, socket, sys, time
+import contextlib, copy, errno, fcntl, json, math, os, platform, shutil, signal, socket, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +25,8 @@ from .store import describe
 
 # %% auto #0
 __all__ = ['TrainError', 'ResumableSampler', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint',
-           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'lock_run', 'unlock_run', 'train_worker',
-           'RunResult', 'train']
+           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'Trackers', 'lock_run', 'unlock_run',
+           'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
 class TrainError(RuntimeError):
@@ -252,6 +252,42 @@ def _params_finite(model, ema) -> bool:
     return bool(torch.stack([torch.isfinite(t).all() for t in ts]).all().item())
 
 # %% ../nbs/05_train.ipynb #890bf854
+class Trackers:
+    """Rank 0's optional experiment trackers: TensorBoard events in `<run_dir>/tensorboard` (`logging.tensorboard`) and a
+    Weights & Biases run (`logging.wandb.enable`, with the resolved config). Written at log steps only, from the record
+    the loop has already read back: no extra host sync, nothing on the other ranks."""
+    SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "samples_per_s": "perf/samples_per_s",
+               "data_share": "perf/data_share", "step_time_s": "perf/step_time_s", "val_loss": "val/loss"}
+
+    def __init__(self, cfg, run_dir: Path, purge_from=None):
+        L = cfg.logging
+        self.tb = self.wandb = None
+        if OmegaConf.select(L, "tensorboard", default=False):
+            try: from torch.utils.tensorboard import SummaryWriter
+            except ImportError: raise TrainError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_from, flush_secs=5)   # a resume drops the steps it replays
+        W = OmegaConf.select(L, "wandb", default=None)
+        if W is not None and W.enable:
+            try: import wandb
+            except ImportError: raise TrainError("logging.wandb.enable=true needs the wandb package: pip install wandb") from None
+            self.wandb = wandb.init(project=W.project, entity=W.entity, mode=W.mode, dir=str(run_dir),
+                                    name=run_dir.name, id=f"dpt-{run_dir.name}"[:64].replace("/", "-"), resume="allow",
+                                    config=OmegaConf.to_container(cfg, resolve=True))
+
+    def log(self, rec: dict):
+        vals = dict(rec)
+        if rec.get("step_time_s"): vals["data_share"] = rec["data_time_s"] / rec["step_time_s"]
+        vals = {tag: float(vals[k]) for k, tag in self.SCALARS.items() if k in vals and vals[k] is not None}
+        if self.tb is not None:
+            for tag, v in vals.items(): self.tb.add_scalar(tag, v, rec["step"])
+        if self.wandb is not None: self.wandb.log(vals, step=rec["step"])
+
+    def close(self, result=None):
+        if self.tb is not None: self.tb.close()
+        if self.wandb is not None:
+            if result: self.wandb.summary.update({k: v for k, v in result.items() if isinstance(v, (int, float))})
+            self.wandb.finish()
+
 _locks = {}   # run folder -> open lock file of this process
 
 def lock_run(run_dir) -> int:
@@ -378,6 +414,7 @@ def train_worker(cfg) -> dict:
                     plan=p.__dict__, precision=precision, versions=_versions(), resumed_from=step if resume else None)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg) + "\n# run\n" + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
         log_f = open(run_dir / "logs.jsonl", "a", buffering=1)
+        trackers = Trackers(cfg, run_dir, step + 1 if resume else None)
         print(f"dptoolkit train | world {world} | ranks 0-{world - 1} | device {device.type} | backend "
               f"{dist.get_backend() if distributed else 'none'} | batch {p.per_device_batch}/device × {world} × accum {p.grad_accum} "
               f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision} | steps {step}→{total} | "
@@ -449,7 +486,7 @@ def train_worker(cfg) -> dict:
                 if is_main:
                     if val_due:   # validation time is kept out of both timing windows
                         rec["val_loss"] = _val_loss(ema.module if ema is not None else model, val_ds, p.per_device_batch, device, autocast, T.seed)
-                    log_f.write(strict_json(rec) + "\n")
+                    log_f.write(strict_json(rec) + "\n"); trackers.log(rec)
                     if not progress(step=step, total=total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
                         print(f"step {step}/{total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
                 if T.on_nonfinite == "stop": _check_finite(rec, win[5].item(), scaler is not None, run_dir, p.lr)
@@ -473,7 +510,7 @@ def train_worker(cfg) -> dict:
         if len(val_ds) and ema is not None:
             result["val_loss_ema"] = _val_loss(ema.module, val_ds, p.per_device_batch, device, autocast, T.seed)
         (run_dir / ".result.tmp").write_text(strict_json(result, indent=1)); os.replace(run_dir / ".result.tmp", run_dir / "result.json")
-        log_f.close()
+        log_f.close(); trackers.close(result)
         unlock_run(run_dir)
     if distributed: dist.barrier()
     return result
@@ -512,9 +549,60 @@ def _check_run_dir(rd: Path, resume):
     elif not resume and (rd / "logs.jsonl").exists():
         raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
 
+class BackgroundRun:
+    """A run started by `train(..., wait=False)`: a `dpt train` process beside the kernel (its own session, so
+    interrupting the kernel does not reach it; it stops with a checkpoint if the kernel exits). `.watch()` draws
+    loss and throughput live, `.stop()` stops every rank at its next log step with a checkpoint, `.result()` waits
+    and returns the `RunResult` (or raises `LaunchError` with the run's one-line error), `.done` says if it ended."""
+    def __init__(self, run_dir: Path, proc, log: Path):
+        self.run_dir, self.proc, self.log = run_dir, proc, log
+
+    @property
+    def done(self) -> bool: return self.proc.poll() is not None
+
+    def watch(self, every: float = 2.0, timeout: float = 3600):
+        "Live loss and samples/s until the run ends (or `timeout` seconds)."
+        from dptoolkit.report import watch
+        return watch(self.run_dir, every=every, timeout=timeout, until=lambda: self.done)
+
+    def stop(self, timeout: float | None = 300) -> RunResult:
+        "SIGTERM: every rank checkpoints at its next log step and exits; returns the result (`stopped_by`: SIGTERM)."
+        if not self.done: self.proc.send_signal(signal.SIGTERM)
+        return self.result(timeout)
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        "Wait for the end; the `RunResult`, or `LaunchError` with the run's error line (the whole output is in `.log`)."
+        from dptoolkit.launch import LaunchError
+        import subprocess
+        try: code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired: raise TimeoutError(f"{self.run_dir}: still training after {timeout} s") from None
+        if code != 0:
+            lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+            err = next((l for l in reversed(lines) if l.startswith("dpt: error")), lines[-1] if lines else f"exit code {code}")
+            raise LaunchError(f"background run {self.run_dir} failed (exit {code}): {err.removeprefix('dpt: error: ')}; output in {self.log}")
+        return RunResult(self.run_dir, json.loads((self.run_dir / "result.json").read_text()))
+
+    def __repr__(self):
+        state = "running" if not self.done else f"exited {self.proc.returncode}"
+        return f"BackgroundRun({self.run_dir}, {state}, pid {self.proc.pid})"
+
+def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
+    import subprocess
+    rd.mkdir(parents=True, exist_ok=True)
+    conf = rd / ".background-config.yaml"; conf.write_text(OmegaConf.to_yaml(cfg))
+    cmd = [sys.executable, "-m", "dptoolkit.cli", "train", "--config", str(conf), "--out", str(rd), "--no-progress"]
+    cmd += ["--gpu-ids", ",".join(map(str, dev.ids))] if dev.kind == "cuda" and dev.ids else ["--nprocs", str(dev.nprocs)]
+    if backend: cmd += ["--backend", backend]
+    log = rd / "background.log"
+    env = {**os.environ, "DPT_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as out:   # a new session: a kernel interrupt (SIGINT to the kernel) does not reach the run
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    return BackgroundRun(rd, proc, log)
+
 def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume: bool | None = None, backend=None,
-          progress: bool = True, overrides=(), **launch_kw) -> RunResult:
-    "Train `cfg` on `nprocs` processes (GPUs if present, else CPU with gloo) through `launch`; returns a `RunResult`."
+          progress: bool = True, overrides=(), wait: bool = True, **launch_kw) -> RunResult | BackgroundRun:
+    """Train `cfg` on `nprocs` processes (GPUs if present, else CPU with gloo) through `launch`; returns a `RunResult`.
+    `wait=False` returns at once with a `BackgroundRun` handle while the run trains beside the kernel."""
     from dptoolkit.config import apply_overrides, resolve_devices
     cfg = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(cfg, True)
     apply_overrides(cfg, overrides)
@@ -529,6 +617,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     if cfg.task.dataset.zarr_path: check_store_shapes(cfg, describe(cfg.task.dataset.zarr_path))
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     _check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
+    if not wait: return _start_background(cfg, rd, dev, backend)
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,

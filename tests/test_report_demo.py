@@ -25,16 +25,35 @@ def test_report_cli_png_and_json(merged, tmp_path):
     assert r.returncode == 1 and "no logs.jsonl" in r.stderr
 
 
-def test_demo_end_to_end(tmp_path):
+def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
+    "The default demo (issue 17): the loss falls by half, the evaluation table ends it, the policy beats 'mean'."
     out = tmp_path / "demo"
-    r = dpt("demo", "--out", out, "--steps", 20, "--no-progress", check=0, timeout=600)
-    for name in ("throughput", "speedup", "loss"):
+    r = dpt("demo", "--out", out, "--no-progress", check=0, timeout=600)
+    for name in ("throughput", "speedup", "loss", "eval"):
         p = out / f"{name}.png"
         assert str(p) in r.stdout and p.read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert sorted(int(x["world_size"]) for x in rows) == [1, 2]
     assert all(float(x["samples_per_s"]) > 0 for x in rows)
     assert (out / "merged.zarr" / ".zgroup").exists() and "robot_dp_14.yaml" in r.stdout
+    loss = read_log(out / "run_2proc")["loss"]
+    assert loss.iloc[-1] <= 0.5 * loss.iloc[0], loss.tolist()             # learns visibly
+    ev = json.loads((out / "eval.json").read_text())
+    o = ev["overall"]
+    assert o["policy"]["mse"] < o["mean"]["mse"], o                         # beats the mean-action baseline
+    assert ev["info"]["split"] == "val" and ev["info"]["windows"] > 0
+    tail = r.stdout[r.stdout.index("evaluate the 2-process run"):]
+    assert "mse / hold" in tail and "× that of predicting the mean action" in tail
+    assert "e+0" not in r.stdout                                           # plain figures, not 1.45e+03
+    # dpt eval on the same run: the same numbers (deterministic), strict JSON, per-dimension metrics, a figure
+    e = dpt("eval", out / "run_2proc", "--json", "-o", tmp_path / "ev.png", check=0)
+    again = json.loads(e.stdout, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert again["overall"] == o
+    assert set(again["per_dim"]) == {f"{p}_{m}" for p in ("policy", "hold", "mean") for m in ("mse", "mae")}
+    assert all(len(v) == 14 for v in again["per_dim"].values())
+    assert (tmp_path / "ev.png").read_bytes()[:4] == b"\x89PNG"
+    text = dpt("eval", out / "run_2proc", "--split", "train", "--windows", 32, "--no-progress", check=0).stdout
+    assert "32 windows" in text and "train episode(s)" in text
     again = dpt("demo", "--out", out, "--steps", 5, "--no-progress")
     assert again.returncode == 1 and "already exists" in again.stderr
 

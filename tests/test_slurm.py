@@ -27,7 +27,7 @@ def _log_lines(run):
 
 
 def test_sigterm_checkpoints_exits_0_and_resume_continues_exactly(merged, tmp_path):
-    ov = ["training.max_steps=120", *OV]
+    ov = ["training.max_steps=80", *OV]
     full, cut = tmp_path / "full", tmp_path / "cut"
     dpt("train", "--config", "test", "--data", merged, "--nprocs", 2, "--out", full, "--no-progress", *ov, check=0)
     p = subprocess.Popen(["dpt", "train", "--config", "test", "--data", str(merged), "--nprocs", "2", "--out", str(cut),
@@ -38,12 +38,12 @@ def test_sigterm_checkpoints_exits_0_and_resume_continues_exactly(merged, tmp_pa
     assert p.returncode == 0 and time.time() - t0 < 30, (p.returncode, err[-2000:])
     res = json.loads(out.strip().splitlines()[-1])
     stopped = res["steps"]
-    assert res["stopped_by"] == "SIGTERM" and not res["completed"] and 0 < stopped < 120
+    assert res["stopped_by"] == "SIGTERM" and not res["completed"] and 0 < stopped < 80
     assert (cut / "checkpoints" / "latest").read_text() == f"step_{stopped:06d}"   # the checkpoint is at the stop step
     assert "leaked semaphore" not in err and "Traceback" not in err
     dpt("train", "--config", "test", "--data", merged, "--nprocs", 2, "--out", cut, "--no-progress", *ov, "training.resume=auto", check=0)
     a, b = read_log(full).set_index("step"), read_log(cut).set_index("step")
-    assert list(a.index) == list(b.index) == list(range(5, 121, 5))
+    assert list(a.index) == list(b.index) == list(range(5, 81, 5))
     later = [s for s in a.index if s > stopped]
     assert a.loc[later, "loss"].tolist() == b.loc[later, "loss"].tolist() and a.loc[later, "lr"].tolist() == b.loc[later, "lr"].tolist()
 
