@@ -1,4 +1,4 @@
-"""`dpt report` writes a PNG and JSON; `dpt demo` runs end to end and refuses to mix runs."""
+"""`dpt demo` runs end to end, learns and ends with the evaluation; `dpt eval` and `dpt report` on its runs; log parsing."""
 import csv, json
 from pathlib import Path
 
@@ -6,23 +6,6 @@ from dptoolkit.config import for_store
 from dptoolkit.report import read_log, summarize
 from dptoolkit.train import train
 from conftest import dpt
-
-
-def test_report_cli_png_and_json(merged, tmp_path):
-    cfg = for_store(merged, ["training.max_steps=12", "training.log_every=3", "training.checkpoint_every=0",
-                             "scaling.keep_effective_batch_size=false"], name="test")
-    runs = [train(cfg, nprocs=n, run_dir=tmp_path / f"w{n}", progress=False).run_dir for n in (1, 2)]
-    r = dpt("report", *runs, "-o", tmp_path / "fig.png", "--json", check=0)
-    rows = json.loads(r.stdout)
-    assert sorted(x["world_size"] for x in rows) == [1, 2] and rows[0]["speedup"] == 1.0
-    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    text = dpt("report", *runs, check=0).stdout
-    assert "speedup" in text and "efficiency" in text
-    # a run still being written: the torn last line is skipped
-    with open(runs[0] / "logs.jsonl", "a") as f: f.write('{"step": 99, "lo')
-    assert read_log(runs[0])["step"].max() == 12
-    r = dpt("report", tmp_path / "nothing")
-    assert r.returncode == 1 and "no logs.jsonl" in r.stderr
 
 
 def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
@@ -56,6 +39,20 @@ def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
     assert "32 windows" in text and "train episode(s)" in text
     again = dpt("demo", "--out", out, "--steps", 5, "--no-progress")
     assert again.returncode == 1 and "already exists" in again.stderr
+    # dpt report on the demo's two runs: a PNG and JSON rows, plain text table
+    runs = [out / "run_1proc", out / "run_2proc"]
+    r = dpt("report", *runs, "-o", tmp_path / "fig.png", "--json", check=0)
+    rows = json.loads(r.stdout)
+    assert sorted(x["world_size"] for x in rows) == [1, 2] and rows[0]["speedup"] == 1.0
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = dpt("report", *runs, check=0).stdout
+    assert "speedup" in text and "efficiency" in text and "e+0" not in text
+    # a run still being written: the torn last line is skipped
+    last = read_log(runs[0])["step"].max()
+    with open(runs[0] / "logs.jsonl", "a") as f: f.write('{"step": 99999, "lo')
+    assert read_log(runs[0])["step"].max() == last
+    r = dpt("report", tmp_path / "nothing")
+    assert r.returncode == 1 and "no logs.jsonl" in r.stderr
 
 
 def test_log_parsing_edge_cases(tmp_path):

@@ -11,4 +11,4 @@ echo "== notebooks: every chapter executed while building the docs site =="
 site=${DPT_SITE:-_site}
 python3 tools/build_docs.py --out "$site"
 echo "== pytest (tests/) =="
-DPT_SITE="$(cd "$site" && pwd)" python3 -m pytest -q tests "$@"
+DPT_SITE="$(cd "$site" && pwd)" python3 -m pytest -q --durations=30 tests "$@"
