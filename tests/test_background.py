@@ -76,6 +76,9 @@ except Exception as e: msg = f"{{type(e).__name__}}: {{e}}"
         _wait(lambda: _lines(run2) >= 1, 120, "the second run's first log line")
     finally:
         kc.stop_channels(); km.shutdown_kernel(now=True)
-    _wait(lambda: not _procs_with(str(run2)), 60, "the background run to end after its kernel")
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    def gone():   # a process that is exiting reads an empty cmdline before it is a zombie: wait for the pid itself too
+        try: ended = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess: ended = True
+        return ended and not _procs_with(str(run2))
+    _wait(gone, 60, "the background run to end after its kernel")
     assert (run2 / "checkpoints" / "latest").exists()                         # it stopped the graceful way

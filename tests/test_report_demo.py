@@ -35,8 +35,6 @@ def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
     assert set(again["per_dim"]) == {f"{p}_{m}" for p in ("policy", "hold", "mean") for m in ("mse", "mae")}
     assert all(len(v) == 14 for v in again["per_dim"].values())
     assert (tmp_path / "ev.png").read_bytes()[:4] == b"\x89PNG"
-    text = dpt("eval", out / "run_2proc", "--split", "train", "--windows", 32, "--no-progress", check=0).stdout
-    assert "32 windows" in text and "train episode(s)" in text
     again = dpt("demo", "--out", out, "--steps", 5, "--no-progress")
     assert again.returncode == 1 and "already exists" in again.stderr
     # dpt report on the demo's two runs: a PNG and JSON rows, plain text table
