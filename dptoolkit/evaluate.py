@@ -16,7 +16,7 @@ from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 
 from .dataset import SequenceDataset, window_steps
 from .policy import DiffusionPolicy
-from .store import describe, open_store
+from .store import describe
 
 # %% auto #0
 __all__ = ['EvalError', 'load_policy', 'EvalResult', 'evaluate']
@@ -156,10 +156,8 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     exec_t = rows[:, :1] + np.arange(To - 1, To - 1 + Ta)[None]            # unclipped: the steps the chunk stands for
     mask = exec_t < rows[:, 2:3]
     # baselines: the training episodes' mean action; the current joint state held
-    g = open_store(store)
-    A = g[f"data/{action_key}"]
     tr_steps = np.concatenate([np.arange(0 if e == 0 else train_ds.ends[e - 1], train_ds.ends[e]) for e in train_ds.episodes])
-    mean_action = np.asarray(A.get_orthogonal_selection((tr_steps,)), dtype=np.float64).mean(0)
+    mean_action = train_ds._take(action_key, tr_steps).astype(np.float64).mean(0)   # the dataset's reader: damaged chunks named
     # sample
     sched, n_steps = _sampler(policy, sampler, steps)
     old = policy.sample_scheduler; policy.sample_scheduler = sched
@@ -184,12 +182,13 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
         err = (p - true)[mask]                                            # (scored steps, D)
         table[name] = dict(mse=float((err ** 2).mean()), mae=float(np.abs(err).mean()))
         per_dim[f"{name}_mse"] = (err ** 2).mean(0); per_dim[f"{name}_mae"] = np.abs(err).mean(0)
+    episode = _episode_of(rows, eval_ds)
     info = dict(run=run_name, checkpoint=getattr(policy, "checkpoint", None), store=str(store), split=split,
-                windows=int(len(idx)), scored_steps=int(mask.sum()), episodes=int(len(np.unique(_episode_of(rows, eval_ds)))),
+                windows=int(len(idx)), scored_steps=int(mask.sum()), episodes=int(len(np.unique(episode))),
                 n_action_steps=Ta, sampler=sampler, steps=n_steps, seed=seed, hold_key=hk,
                 note=None if hk else f"no low-dim observation of width {adim}: the 'hold' baseline needs the joint state")
     return EvalResult(pd.DataFrame(table).T, pd.DataFrame(per_dim).rename_axis("dim"), pred, true, base, mask,
-                      _episode_of(rows, eval_ds), exec_t, info)
+                      episode, exec_t, info)
 
 def _episode_of(rows, ds) -> np.ndarray:
     "Episode index of each window row (its episode's end is rows[:, 2])."

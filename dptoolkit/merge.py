@@ -12,7 +12,7 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
-from .store import StoreError, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, open_store, read_chunk_rows, validate
+from .store import StoreError, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store, read_chunk_rows, validate
 
 # %% auto #0
 __all__ = ['BLOCK_BYTES', 'MergeError', 'check_sources', 'merge']
@@ -123,11 +123,6 @@ def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
 def _dir_bytes(p) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
 
-def _existing_parent(p) -> Path:
-    p = Path(p).absolute()
-    while not p.exists(): p = p.parent
-    return p
-
 def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False, progress: bool = True,
           zarr_format: int = 2) -> StoreInfo:
     "Concatenate replay-buffer `sources` into a new store `dest`, streaming and atomically. Returns its `StoreInfo`."
@@ -144,10 +139,10 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
     provenance = [dict(path=str(s.resolve()), episodes=i.episodes, steps=i.steps, task_names=i.task_names or None)
                   for s, i in zip(srcs, infos)]
     need = sum(_dir_bytes(s / "data" / k) for s in srcs for k in keys)      # the same codec: about the sources' size
-    free = shutil.disk_usage(_existing_parent(dest)).free
+    free = shutil.disk_usage(existing_parent(dest)).free
     if need > free:
         raise MergeError(f"{dest}: not enough disk space: the merge needs about {_fmt_bytes(need)}, "
-                         f"{_fmt_bytes(free)} are free in {_existing_parent(dest)}")
+                         f"{_fmt_bytes(free)} are free in {existing_parent(dest)}")
     try:
         with atomic_dir(dest, overwrite=overwrite, error=MergeError) as tmp, \
              tqdm(total=total, unit="B", unit_scale=True, desc=f"merge → {dest.name}", disable=not progress) as bar:
@@ -169,6 +164,6 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
     except OSError as e:
         if e.errno != errno.ENOSPC: raise
         raise MergeError(f"{dest}: the disk filled up while merging (about {_fmt_bytes(need)} needed, "
-                         f"{_fmt_bytes(shutil.disk_usage(_existing_parent(dest)).free)} free in {_existing_parent(dest)}); "
+                         f"{_fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)} free in {existing_parent(dest)}); "
                          "nothing was written") from None
     return describe(dest)

@@ -14,10 +14,10 @@ import pandas as pd
 import zarr
 
 # %% auto #0
-__all__ = ['SAMPLE_TASKS', 'StoreError', 'temp_sibling', 'atomic_dir', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate',
-           'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify', 'check_finite',
-           'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store',
-           'sample_data']
+__all__ = ['SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'open_store', 'ArrayInfo', 'StoreInfo',
+           'validate', 'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify',
+           'check_finite', 'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode',
+           'make_sample_store', 'sample_data']
 
 # %% ../nbs/00_store.ipynb #cdce336d
 class StoreError(ValueError):
@@ -29,6 +29,12 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError: return False
     except PermissionError: return True
     return True
+
+def existing_parent(p) -> Path:
+    "The nearest existing folder at or above `p` (where a new file or folder would be made: its disk and permissions)."
+    p = Path(p).absolute()
+    while not p.exists(): p = p.parent
+    return p
 
 def temp_sibling(dest) -> Path:
     "The hidden temporary folder a writer of `dest` uses before renaming it into place."

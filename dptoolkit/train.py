@@ -533,8 +533,8 @@ class RunResult:
 def _check_run_dir(rd: Path, resume):
     """Refuse, before any process starts and without creating anything, a run folder that cannot be written, that
     another run holds, that holds a run but resume is off, or that has no checkpoint but resume is on."""
-    p = rd.absolute()
-    while not p.exists(): p = p.parent
+    from dptoolkit.store import existing_parent
+    p = existing_parent(rd)
     if not os.access(p, os.W_OK):
         raise TrainError(f"{rd}: cannot create the run folder or write in it ({p} is read-only); "
                          "choose a writable folder (logging.run_dir, --out)")
