@@ -10,9 +10,9 @@ from pathlib import Path
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_merge', 'cmd_config', 'cmd_train', 'cmd_report',
-           'cmd_eval', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser',
-           'main', 'threading_main']
+__all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config', 'cmd_train',
+           'cmd_report', 'cmd_eval', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo',
+           'build_parser', 'main', 'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -43,6 +43,30 @@ def cmd_inspect(a):
     print(f"\n  episode length: min {ep.length.min()}, median {int(ep.length.median())}, max {ep.length.max()}")
     if ep.task_name.nunique() > 1:
         print("  per task:\n" + "\n".join("    " + l for l in ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum")).to_string().splitlines()))
+
+def cmd_cache(a):
+    if not (a.store or a.list or a.clear): raise CLIError("dpt cache: give a STORE to cache, or --list / --clear")
+    from dptoolkit.dataset import DecodedCache, cache_clear, cache_list, default_cache_dir
+    from dptoolkit.store import _fmt_bytes
+    folder = Path(a.cache_dir) if a.cache_dir else default_cache_dir()
+    if a.list:
+        df = cache_list(folder)
+        if a.json: print(df.to_json(orient="records", indent=1)); return
+        if df.empty: print(f"{folder}: no cache entries"); return
+        print(df.drop(columns=["bytes"]).to_string(index=False))
+        print(f"\n{len(df)} entries, {_fmt_bytes(int(df.bytes.sum()))} in {folder}"); return
+    if a.clear:
+        freed = cache_clear(folder, store=a.store, stale_only=a.stale)
+        print(f"removed {_fmt_bytes(freed)} of cache entries from {folder}"); return
+    if a.keys: keys = a.keys.split(",")
+    else:                                  # the keys a run on this store reads: its cameras, low-dim observations, action
+        from dptoolkit.config import for_store
+        c = for_store(a.store, name="test")
+        keys = list(c.task.dataset.obs_keys) + [c.task.dataset.action_key]
+    t0 = time.time()
+    c = DecodedCache(a.store, folder).build(keys, progress=not a.no_progress)
+    size = sum(c.file(k).stat().st_size for k in keys)
+    print(f"cached {', '.join(keys)} of {a.store}: {_fmt_bytes(size)} in {c.dir} ({time.time() - t0:.1f} s)")
 
 def cmd_merge(a):
     from dptoolkit.merge import merge
@@ -255,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--overwrite", action="store_true"); m.add_argument("--keys", help="comma-separated data keys, e.g. state,action")
     m.add_argument("--task-names", help="comma-separated task name per source"); m.add_argument("--no-progress", action="store_true")
     m.set_defaults(fn=cmd_merge)
+    k = sub.add_parser("cache", help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear")
+    k.add_argument("store", nargs="?"); k.add_argument("--keys", help="comma-separated data keys (default: those a run reads)")
+    k.add_argument("--cache-dir", help="cache folder (default $DPT_CACHE_DIR or ~/.cache/dptoolkit)")
+    k.add_argument("--list", action="store_true"); k.add_argument("--clear", action="store_true", help="remove entries (all, or STORE's)")
+    k.add_argument("--stale", action="store_true", help="with --clear: only entries whose store changed or is gone")
+    k.add_argument("--json", action="store_true"); k.add_argument("--no-progress", action="store_true")
+    k.set_defaults(fn=cmd_cache)
     c = sub.add_parser("config", help="print the selected, filled config and its plan")
     c.add_argument("path_or_dim"); c.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     c.add_argument("--name", help="packaged config name or YAML path instead of selection by dimension")

@@ -56,7 +56,9 @@ def select_config(path_or_dim) -> str:
 _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_precision": ("auto", "no", "bf16", "fp16"),
             "policy.sampler": ("ddpm", "ddim"), "ddp.backend": ("auto", "nccl", "gloo"),
             "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"), "policy.prediction_type": ("epsilon", "sample"),
-            "logging.wandb.mode": ("online", "offline", "disabled")}
+            "logging.wandb.mode": ("online", "offline", "disabled"),
+            "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device")}
+_AUTO_OR_INT = ("dataloader.num_workers",)      # "auto" or a count
 
 def _all_keys(cfg, prefix=""):
     for k, v in cfg.items():
@@ -89,6 +91,7 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
             raise ConfigError(f"override {item!r}: {key} is a section; set one of its keys, e.g. {key}.{next(iter(old))}")
         try: new = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError: new = raw
+        if key in _AUTO_OR_INT and (new == "auto" or isinstance(new, int) and not isinstance(new, bool)): old = new
         if isinstance(old, str) and isinstance(new, (int, float)) and not isinstance(new, bool): new = raw  # names like 123
         if isinstance(old, float) and isinstance(new, str):  # YAML 1.1 reads 2e-4 as a string
             try: new = float(new)
@@ -107,6 +110,10 @@ def check_config(cfg: DictConfig):
         v = OmegaConf.select(cfg, key)
         if v is not None and v not in choices:
             raise ConfigError(f"{key}={v!r}: expected one of {', '.join(choices)}")
+    for key in _AUTO_OR_INT:
+        v = OmegaConf.select(cfg, key)
+        if v is not None and v != "auto" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ConfigError(f"{key}={v!r}: expected auto or a count (0 or more)")
     for key in ("dataloader.batch_size", "training.gradient_accumulate_every", "horizon", "n_obs_steps", "n_action_steps"):
         v = OmegaConf.select(cfg, key)
         if v is not None and v < 1: raise ConfigError(f"{key}={v}: must be at least 1")

@@ -4,18 +4,22 @@
 
 # %% ../nbs/03_dataset.ipynb #891f3a99
 from __future__ import annotations
-import os
+import errno, fcntl, hashlib, json, os, queue, shutil, socket, sys, threading, time
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 
-from .store import StoreError, check_finite, describe, open_store, read_chunk_rows
+from .store import StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store, read_chunk_rows
 
 # %% auto #0
-__all__ = ['window_table', 'window_steps', 'ChunkCache', 'SequenceDataset', 'Normalizer']
+__all__ = ['STORAGES', 'window_table', 'window_steps', 'ChunkCache', 'DataError', 'CacheError', 'default_cache_dir',
+           'store_identity', 'DecodedCache', 'memory_budget', 'populate', 'cache_list', 'cache_clear',
+           'resolve_storage', 'shard_episodes', 'SequenceDataset', 'shard_bytes', 'ResumableSampler', 'prefetch',
+           'RankLoader', 'config_storage', 'num_workers_for', 'prepare_cache', 'rank_loader', 'Normalizer']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -76,13 +80,257 @@ class ChunkCache:
     def __getstate__(self): return dict(path=self.path, keys=self.keys, max_chunks=self.max_chunks)
     def __setstate__(self, s): self.__init__(**s)
 
+# %% ../nbs/03_dataset.ipynb #15caac7a
+class DataError(StoreError):
+    "The data cannot be served as configured (storage, shard size); the message names the store and the numbers."
+
+class CacheError(DataError):
+    "The decoded cache cannot be built or used; the message names the folder, the store and the bytes involved."
+
+def default_cache_dir() -> Path:
+    "`$DPT_CACHE_DIR`, else `~/.cache/dptoolkit`."
+    return Path(os.environ.get("DPT_CACHE_DIR") or Path.home() / ".cache" / "dptoolkit").expanduser()
+
+def store_identity(path) -> str:
+    """A short hash of a store's absolute path and every file in it (relative name, size, mtime): chunk and metadata
+    files change when the store is rewritten, so a rewritten store gets a new cache entry."""
+    root = Path(path).resolve()
+    h = hashlib.sha256(str(root).encode())
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(files):
+            if f.startswith(".dpt"): continue
+            st = os.stat(os.path.join(d, f))
+            h.update(f"{os.path.relpath(os.path.join(d, f), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label=""):
+    "Decode `array` (zarr) block by block into a `.npy` file; space is reserved first so a full disk fails before any work."
+    shape, dtype = tuple(array.shape), np.dtype(array.dtype)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+        header = f.tell()
+        total = header + int(np.prod(shape)) * dtype.itemsize
+        if total > header: os.posix_fallocate(f.fileno(), 0, total)    # ENOSPC now, not a SIGBUS or a short file later
+        for s in range(0, shape[0], rows_per_block):
+            blk = np.ascontiguousarray(read_chunk_rows(label[0], label[1], array, s, min(s + rows_per_block, shape[0])))
+            f.write(blk.data)
+            if progress_bar is not None: progress_bar.update(blk.nbytes)
+        f.flush(); os.fsync(f.fileno())
+
+class DecodedCache:
+    """The keys a run needs, decoded once into memory-mappable `.npy` files under `cache_dir/<store>-<identity>/`.
+
+    Every rank and DataLoader worker on a machine maps the same files, so the page cache holds one copy and can evict it
+    (stores bigger than RAM work at disk speed). One process builds (an exclusive file lock: the others wait, then find
+    the files); each file is written under a temporary name and renamed when complete, so a killed builder leaves
+    nothing that is used later."""
+    block_bytes = 64 << 20
+
+    def __init__(self, store, cache_dir=None):
+        self.store = Path(store).resolve()
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.identity = store_identity(self.store)
+        self.dir = self.cache_dir / f"{self.store.name.removesuffix('.zarr')}-{self.identity}"
+
+    def _info(self): return describe(self.store)
+
+    def file(self, key) -> Path: return self.dir / f"{key}.npy"
+
+    def has(self, keys) -> bool:
+        "Every key's file exists and matches the store's shape and dtype."
+        info = self._info()
+        return all(self._valid(k, info) for k in keys)
+
+    def _valid(self, key, info) -> bool:
+        f = self.file(key)
+        if not f.exists(): return False
+        try: m = np.load(f, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError): return False
+        a = info.arrays[key]
+        return tuple(m.shape) == tuple(a.shape) and m.dtype == np.dtype(a.dtype)
+
+    def build(self, keys, progress: bool = True) -> "DecodedCache":
+        "Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its files)."
+        info = self._info()
+        for k in keys:
+            if k not in info.arrays: raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
+        if all(self._valid(k, info) for k in keys): return self
+        writable = existing_parent(self.cache_dir)
+        if not os.access(writable, os.W_OK):
+            raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set task.dataset.cache_dir or "
+                             "$DPT_CACHE_DIR to a writable disk, or use task.dataset.storage=chunks")
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.cache_dir / f".{self.dir.name}.lock", "a+")
+        try:
+            try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if progress: print(f"cache: waiting for another process building {self.dir}", flush=True)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            self.dir.mkdir(exist_ok=True)
+            for stale in self.dir.glob(".*.tmp-*"):             # left by a killed builder
+                stale.unlink(missing_ok=True)
+            todo = [k for k in keys if not self._valid(k, info)]
+            if not todo: return self
+            need = sum(info.arrays[k].nbytes for k in todo)
+            free = shutil.disk_usage(self.dir).free
+            if need + (16 << 20) > free:
+                raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
+                                 f"{_fmt_bytes(need)} but only {_fmt_bytes(free)} is free there; free space, point "
+                                 "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use task.dataset.storage=chunks")
+            from tqdm.auto import tqdm
+            bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
+            g = open_store(self.store)
+            t0 = time.perf_counter()
+            for k in todo:
+                a = g[f"data/{k}"]
+                row = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
+                rows = max(a.chunks[0], self.block_bytes // row // a.chunks[0] * a.chunks[0])
+                tmp = self.dir / f".{k}.npy.tmp-{os.getpid()}"
+                try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"))
+                except OSError as e:
+                    tmp.unlink(missing_ok=True)
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise CacheError(f"{self.dir}: disk full while caching data/{k} of {self.store.name} "
+                                         f"({_fmt_bytes(info.arrays[k].nbytes)} needed for it); free space or point "
+                                         "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
+                    raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
+                except BaseException:
+                    tmp.unlink(missing_ok=True); raise
+                os.replace(tmp, self.file(k))
+            bar.close()
+            self._write_manifest(info, todo, time.perf_counter() - t0, need)
+        finally:
+            lock.close()                                         # closing releases the lock
+        return self
+
+    def _write_manifest(self, info, built, seconds, nbytes):
+        f = self.dir / "manifest.json"
+        try: m = json.loads(f.read_text())
+        except (OSError, ValueError): m = {}
+        m.update(store=str(self.store), identity=self.identity)
+        m.setdefault("keys", {})
+        for k in built:
+            a = info.arrays[k]
+            m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes))
+        m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(), seconds=round(seconds, 3),
+                                               mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1), at=time.strftime("%Y-%m-%d %H:%M:%S")))
+        tmp = self.dir / f".manifest.json.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(m, indent=1)); os.replace(tmp, f)
+
+    def manifest(self) -> dict:
+        try: return json.loads((self.dir / "manifest.json").read_text())
+        except (OSError, ValueError): return {}
+
+    def open(self, key) -> np.memmap:
+        "The read-only memory map of `key` (build it first)."
+        f = self.file(key)
+        if not f.exists(): raise CacheError(f"{self.dir}: {key} is not cached; build it (`dpt cache {self.store} --keys {key}`)")
+        return np.load(f, mmap_mode="r", allow_pickle=False)
+
+    def __repr__(self): return f"DecodedCache({self.store.name} → {self.dir})"
+
+def memory_budget() -> int:
+    "Bytes this process may still fill: available RAM, capped by its cgroup's memory limit (v1 or v2) where one is set."
+    import psutil
+    budget = psutil.virtual_memory().available
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrl, path = line.split(":", 2)
+            if "memory" in ctrl.split(","): f = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"
+            elif ctrl == "": f = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max"
+            else: continue
+            v = f.read_text().strip() if f.exists() else ""
+            if v.isdigit(): budget = min(budget, int(v))
+    except (OSError, ValueError): pass
+    return budget
+
+def populate(arrays, background: bool = True) -> bool:
+    """Map memory-mapped `arrays` into this process's page tables ahead of use (`madvise(MADV_POPULATE_READ)`, Linux
+    5.14+), when together they fit in half of `memory_budget()`; otherwise leave them to demand paging, so a cache bigger
+    than RAM is never read in whole. Best effort, in a background thread (the call releases the GIL): the first random
+    touches of a 4 GB cache otherwise cost a page fault per 64 KB read. Returns whether it started."""
+    arrays = [a for a in arrays if isinstance(a, np.memmap) and a.nbytes]
+    if not arrays or sum(a.nbytes for a in arrays) > memory_budget() // 2 or not sys.platform.startswith("linux"): return False
+    import ctypes
+    libc, page = ctypes.CDLL(None, use_errno=True), os.sysconf("SC_PAGE_SIZE")
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    def run():
+        for a in arrays:
+            p = a.ctypes.data; base = p - p % page
+            libc.madvise(base, a.nbytes + (p - base), 22)          # MADV_POPULATE_READ; EINVAL on older kernels: no harm
+    if background: threading.Thread(target=run, daemon=True, name="dpt-populate").start()
+    else: run()
+    return True
+
+def cache_list(cache_dir=None) -> pd.DataFrame:
+    "One row per cache entry: store, keys, size on disk, whether the store still matches, last build."
+    cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    rows = []
+    for d in sorted(cache_dir.glob("*-*")) if cache_dir.exists() else []:
+        if not d.is_dir(): continue
+        try: m = json.loads((d / "manifest.json").read_text())
+        except (OSError, ValueError): m = {}
+        size = sum(f.stat().st_size for f in d.glob("*.npy"))
+        store = m.get("store", "?")
+        current = Path(store).exists() and store_identity(store) == m.get("identity")
+        last = (m.get("builds") or [{}])[-1]
+        rows.append(dict(entry=d.name, store=store, keys=",".join(sorted(m.get("keys", {}))), bytes=size,
+                         size=_fmt_bytes(size), current=current, built=last.get("at", "")))
+    return pd.DataFrame(rows, columns=["entry", "store", "keys", "bytes", "size", "current", "built"])
+
+def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:
+    """Remove cache entries (all, those of `store`, or with `stale_only` those whose store changed or is gone); returns bytes
+    freed. An entry being built is skipped; runs that map a removed file keep reading it until they close it."""
+    cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    freed = 0
+    for _, r in cache_list(cache_dir).iterrows():
+        if store is not None and Path(r.store) != Path(store).resolve(): continue
+        if stale_only and r.current: continue
+        with open(cache_dir / f".{r.entry}.lock", "a+") as lock:
+            try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError: continue
+            shutil.rmtree(cache_dir / r.entry, ignore_errors=True)
+        freed += int(r.bytes)
+    return freed
+
+# %% ../nbs/03_dataset.ipynb #f5736839
+STORAGES = ("auto", "mmap", "memory", "chunks", "device")
+
+def resolve_storage(storage: str, nbytes: int, cache_dir=None, small_bytes: int = 256 << 20) -> tuple:
+    """(mode, note) for `storage="auto"`: `memory` for data under `small_bytes` (a private copy per rank is cheaper than a
+    cache entry), else `mmap` where the cache folder is writable, else `chunks` with a one-line note."""
+    if storage not in STORAGES: raise ValueError(f"storage={storage!r}: expected one of {', '.join(STORAGES)}")
+    if storage != "auto": return storage, ""
+    if nbytes <= small_bytes: return "memory", ""
+    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    if os.access(existing_parent(folder), os.W_OK): return "mmap", ""
+    return "chunks", (f"storage auto: the cache folder {folder} is not writable, reading compressed chunks (slow for camera "
+                      "data; set task.dataset.cache_dir or $DPT_CACHE_DIR)")
+
+def shard_episodes(lengths, world: int) -> list:
+    """A fixed split of episodes over `world` ranks, balanced by steps: longest first, each to the lightest rank (the
+    heaviest and lightest shard differ by at most one episode's length). Returns one sorted index array per rank."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    load = np.zeros(world, np.int64); parts = [[] for _ in range(world)]
+    for i in np.argsort(-lengths, kind="stable"):
+        r = int(np.argmin(load)); parts[r].append(int(i)); load[r] += lengths[i]
+    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
 # %% ../nbs/03_dataset.ipynb #42ae0c4a
+def _torch_dtype(dtype) -> torch.dtype: return torch.from_numpy(np.empty(0, dtype)).dtype
+
 class SequenceDataset(torch.utils.data.Dataset):
-    "Windows of `horizon` steps over a store: `{'obs': {key: (n_obs_steps, ...)}, 'action': (horizon, action_dim)}`."
-    max_memory_bytes = 2 << 30
+    """Windows of `horizon` steps over a store: `{'obs': {key: (n_obs_steps, ...)}, 'action': (horizon, action_dim)}`.
+
+    `storage` says where the rows come from: `memory` (a private decoded copy), `mmap` (the machine's decoded cache, shared
+    by every process), `chunks` (compressed zarr chunks through a small LRU cache), `device` (as `mmap`/`memory` until
+    `shard(rank, world, device)` moves a rank's share of the episodes onto its device), or `auto` (`resolve_storage`)."""
+    small_bytes = 256 << 20
 
     def __init__(self, store, horizon: int = 8, n_obs_steps: int = 2, pad_before: int = 0, pad_after: int = 0,
-                 keys=("state",), action_key: str = "action", episodes=None, tasks=None, in_memory="auto"):
+                 keys=("state",), action_key: str = "action", episodes=None, tasks=None, storage: str = "auto",
+                 cache_dir=None, progress: bool = False):
         self.path, self.horizon, self.n_obs_steps = str(store), int(horizon), int(n_obs_steps)
         self.pad_before, self.pad_after = pad_before, pad_after
         self.keys, self.action_key = list(keys), action_key
@@ -103,7 +351,7 @@ class SequenceDataset(torch.utils.data.Dataset):
             episodes = [e for e in episodes if self.episode_task[e] in ids]
         self.episodes = np.asarray(episodes, dtype=np.int64)
         self.rows = window_table(self.ends, self.horizon, pad_before, pad_after, self.episodes)
-        lens = (self.ends - np.concatenate([[0], self.ends[:-1]]))[self.episodes]
+        lens = self.lengths[self.episodes]
         need = self.horizon - min(max(pad_before, 0), self.horizon - 1) - min(max(pad_after, 0), self.horizon - 1)
         self.skipped = int((lens < need).sum())      # episodes too short for one window (the banner reports them)
         if len(self.episodes) and not len(self.rows):
@@ -111,33 +359,75 @@ class SequenceDataset(torch.utils.data.Dataset):
                              f"{self.horizon}, pad_before {pad_before}, pad_after {pad_after}); the longest of the "
                              f"{len(self.episodes)} episode(s) has {int(lens.max())}")
         needed = self.keys + [action_key]
-        check_finite(self.path, needed)               # a NaN in the data would poison the normalizer and every loss
         self.nbytes = sum(info.arrays[k].nbytes for k in needed)
-        self.in_memory = (self.nbytes <= self.max_memory_bytes) if in_memory in ("auto", None) else bool(in_memory)
         self.shapes = {k: tuple(info.arrays[k].shape[1:]) for k in needed}
-        if self.in_memory:
-            self._data = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0, g[f"data/{k}"].shape[0])) for k in needed}
-            self._cache = None
-        else:
-            self._data, self._cache = None, ChunkCache(self.path, needed)
+        self.dtypes = {k: np.dtype(info.arrays[k].dtype) for k in needed}
+        self.storage, self.note = resolve_storage(storage, self.nbytes, cache_dir, self.small_bytes)
+        self.cache_dir, self.cache, self.device, self.pin = cache_dir, None, None, False
+        host = self.storage if self.storage != "device" else resolve_storage("auto", self.nbytes, cache_dir, self.small_bytes)[0]
+        self._open(host, needed, progress)
+        # a NaN in the data would poison the normalizer and every loss: checked on the decoded rows where there are some
+        check_finite(self.path, needed, None if isinstance(self._src, ChunkCache) else self._src)
 
-    def _take(self, key, t):
-        return self._data[key][t] if self._cache is None else self._cache.take(key, t)
+    @property
+    def lengths(self) -> np.ndarray: return self.ends - np.concatenate([[0], self.ends[:-1]])
+
+    def _open(self, host, needed, progress):
+        "Where host reads come from: decoded arrays (`memory`), the cache's memory maps (`mmap`) or a `ChunkCache`."
+        self.host = host
+        if host == "memory":
+            g = open_store(self.path)
+            self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0, g[f"data/{k}"].shape[0])) for k in needed}
+        elif host == "mmap":
+            self.cache = DecodedCache(self.path, self.cache_dir).build(needed, progress=progress)
+            self._src = {k: self.cache.open(k) for k in needed}
+            populate(self._src.values())
+        else:
+            self._src = ChunkCache(self.path, needed)
+
+    def __getstate__(self):   # DataLoader workers started by spawn: memory maps are reopened, never pickled as copies
+        s = dict(self.__dict__)
+        if self.host == "mmap": s["_src"] = None
+        return s
+
+    def __setstate__(self, s):
+        self.__dict__.update(s)
+        if self._src is None: self._src = {k: self.cache.open(k) for k in self.shapes}
+
+    def _take(self, key, t) -> np.ndarray:
+        "Rows `t` (any shape) of `data/key` from the host storage."
+        if isinstance(self._src, ChunkCache): return self._src.take(key, t)
+        return np.take(self._src[key], np.asarray(t).reshape(-1), axis=0).reshape(np.shape(t) + self.shapes[key])
+
+    def _gather(self, key, t) -> torch.Tensor:
+        """One vectorised read of rows `t` into a new tensor: page-locked when `pin` (torch's caching host allocator,
+        for non-blocking copies to a GPU), else numpy-allocated (numpy asks for huge pages: a fresh 88 MB `torch.empty`
+        costs 4x the gather itself in page faults). `mode="clip"` lets `take` write straight into `out` (the default
+        mode buffers it); the indices are in range by construction."""
+        shape = t.shape + self.shapes[key]
+        if self.pin: out = torch.empty(shape, dtype=_torch_dtype(self.dtypes[key]), pin_memory=True); view = out.numpy()
+        else: view = np.empty(shape, self.dtypes[key]); out = torch.from_numpy(view)
+        view = view.reshape((-1,) + self.shapes[key])
+        if isinstance(self._src, ChunkCache): view[...] = self._src.take(key, t.reshape(-1))
+        else: np.take(self._src[key], t.reshape(-1), axis=0, out=view, mode="clip")
+        return out
 
     def __len__(self): return len(self.rows)
 
     def __getitems__(self, idx):
         "A whole batch of windows (what `DataLoader` calls when it exists); returns one collated dict."
+        if self.device is not None: return self._gather_device(idx)
         t = window_steps(self.rows[np.asarray(idx, dtype=np.int64)], self.horizon)
-        obs = {k: torch.from_numpy(np.ascontiguousarray(self._take(k, t[:, :self.n_obs_steps]))) for k in self.keys}
-        return {"obs": obs, "action": torch.from_numpy(np.ascontiguousarray(self._take(self.action_key, t)))}
+        obs = {k: self._gather(k, t[:, :self.n_obs_steps]) for k in self.keys}
+        return {"obs": obs, "action": self._gather(self.action_key, t)}
 
     def __getitem__(self, i):
         b = self.__getitems__([i])
         return {"obs": {k: v[0] for k, v in b["obs"].items()}, "action": b["action"][0]}
 
     def subset(self, episodes) -> "SequenceDataset":
-        "The same store and settings restricted to `episodes` (shares in-memory data)."
+        "The same store and settings restricted to `episodes` (shares the host data)."
+        if self.device is not None: raise ValueError("subset of a device shard: take the subset before shard()")
         new = object.__new__(SequenceDataset)
         new.__dict__.update(self.__dict__)
         new.episodes = np.asarray(episodes, dtype=np.int64)
@@ -153,8 +443,213 @@ class SequenceDataset(torch.utils.data.Dataset):
         return self.subset(np.sort(eps[n_val:])), self.subset(np.sort(eps[:n_val]))
 
     def __repr__(self):
+        where = {"memory": "in memory", "mmap": "decoded cache (mmap)", "chunks": "compressed chunks", "device": f"device shard on {self.device}"}
         return (f"SequenceDataset({Path(self.path).name}: {len(self)} windows of {self.horizon} from {len(self.episodes)} episodes, "
-                f"keys {self.keys}, {'in memory' if self.in_memory else 'lazy chunks'}" + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
+                f"keys {self.keys}, {where['device' if self.device is not None else self.host]}" + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
+
+# %% ../nbs/03_dataset.ipynb #a10f9a60
+def shard_bytes(ds: SequenceDataset, episodes) -> int:
+    "Bytes a shard of `episodes` takes on its device (every needed key, every step of those episodes)."
+    steps = int(ds.lengths[np.asarray(episodes, dtype=np.int64)].sum())
+    return steps * sum(int(np.prod(s)) * ds.dtypes[k].itemsize for k, s in ds.shapes.items())
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda": return torch.cuda.mem_get_info(device)[0]
+    import psutil
+    return psutil.virtual_memory().available
+
+def _shard(self: SequenceDataset, rank: int, world: int, device="cpu", max_fraction: float = 0.5) -> SequenceDataset:
+    """This rank's fixed share of the episodes (`shard_episodes`), resident on `device`; its windows are the windows of
+    those episodes, gathered on the device (no host copy per step). Refuses, before loading anything, a shard larger
+    than `max_fraction` of the device's free memory (the rest is for the model)."""
+    if self.device is not None: raise ValueError("this dataset is already a device shard")
+    device = torch.device(device)
+    parts = shard_episodes(self.lengths[self.episodes], world)
+    mine = self.episodes[parts[rank]]
+    need, free = shard_bytes(self, mine), _free_bytes(device)
+    if need > max_fraction * free:
+        raise DataError(f"{self.path}: rank {rank}'s shard ({len(mine)} of {len(self.episodes)} episodes over {world} ranks) needs "
+                        f"{_fmt_bytes(need)} on {device}, over {max_fraction:.0%} of its {_fmt_bytes(free)} free; use more ranks, "
+                        "task.dataset.storage=mmap, or fewer tasks")
+    new = self.subset(mine)
+    lens = self.lengths[mine]
+    local_start = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    starts = self.ends[mine] - lens
+    new.global_rows = new.rows.copy()
+    ep = np.searchsorted(self.ends[mine], new.rows[:, 1], side="right")        # which shard episode each window is in
+    shift = (starts - local_start)[ep]
+    new.rows = new.rows - shift[:, None]                                       # (t0, start, end) in shard-local steps
+    new._dev = {}
+    for k, shape in self.shapes.items():
+        t = torch.empty((int(lens.sum()),) + shape, dtype=_torch_dtype(self.dtypes[k]), device=device)
+        for s, e, ls in zip(starts, self.ends[mine], local_start):
+            src = self._take(k, np.arange(s, e))
+            t[ls:ls + (e - s)].copy_(torch.from_numpy(np.ascontiguousarray(src)), non_blocking=False)
+        new._dev[k] = t
+    new._dev_rows = torch.as_tensor(new.rows, device=device)
+    new._steps = torch.arange(self.horizon, device=device)
+    new.device, new.shard_info = device, dict(rank=rank, world=world, episodes=len(mine), steps=int(lens.sum()), bytes=need)
+    new._src = None                                                            # no host reads once resident
+    return new
+
+def _gather_device(self: SequenceDataset, idx):
+    "A batch gathered where the shard lives: index tensors only, no host round trip."
+    i = idx if torch.is_tensor(idx) else torch.as_tensor(np.asarray(idx, dtype=np.int64))
+    r = self._dev_rows[i.to(self.device, non_blocking=True)]
+    t = torch.minimum(torch.maximum(r[:, :1] + self._steps, r[:, 1:2]), r[:, 2:3] - 1)
+    B, n = len(r), self.n_obs_steps
+    obs = {k: self._dev[k][t[:, :n].reshape(-1)].view((B, n) + self.shapes[k]) for k in self.keys}
+    return {"obs": obs, "action": self._dev[self.action_key][t.reshape(-1)].view((B, self.horizon) + self.shapes[self.action_key])}
+
+SequenceDataset.shard, SequenceDataset._gather_device = _shard, _gather_device
+
+# %% ../nbs/03_dataset.ipynb #eeadb5f3
+class ResumableSampler(torch.utils.data.DistributedSampler):
+    "DistributedSampler that can start an epoch part-way through (`skip` samples of this rank's order)."
+    skip = 0
+    def __iter__(self):
+        idx = list(super().__iter__())
+        return iter(idx[self.skip:])
+    def __len__(self): return super().__len__() - self.skip
+
+def _identity(batch): return batch   # the dataset already collates in __getitems__
+
+class _Failed:
+    def __init__(self, e): self.e = e
+
+def prefetch(batches, depth: int = 2):
+    """Iterate `batches` (a generator of work) in a background thread, `depth` items ahead. The gathers release the GIL
+    (numpy `take`, page faults on memory maps), so the next batch is read while the model computes. Stops its thread when
+    the consumer stops early; an exception in the thread is raised in the consumer."""
+    q, stop, end = queue.Queue(maxsize=max(1, depth)), threading.Event(), object()
+    def put(x):
+        while not stop.is_set():
+            try: q.put(x, timeout=0.1); return True
+            except queue.Full: pass
+        return False
+    def work():
+        try:
+            for b in batches:
+                if not put(b): return
+            put(end)
+        except BaseException as e: put(_Failed(e))
+    th = threading.Thread(target=work, daemon=True, name="dpt-prefetch"); th.start()
+    try:
+        while True:
+            x = q.get()
+            if x is end: return
+            if isinstance(x, _Failed): raise x.e
+            yield x
+    finally:
+        stop.set()
+
+class RankLoader:
+    """This rank's training batches, epoch by epoch (`set_epoch(epoch, skip_batches)`, then iterate; `len` = batches per
+    epoch, equal on every rank).
+
+    - `storage=device`: a seeded permutation of this rank's shard's windows, gathered on the device; each step's global
+      batch is a sample stratified over the ranks' shards, not a global shuffle.
+    - otherwise: a `ResumableSampler` (a global shuffle split over the ranks, as `DistributedSampler`), read by
+      `num_workers` DataLoader worker processes, or with `num_workers=0` by one prefetch thread in the rank."""
+    def __init__(self, ds: SequenceDataset, batch_size: int, rank: int = 0, world: int = 1, seed: int = 0, *,
+                 num_workers: int = 0, prefetch_factor: int = 2, pin_memory: bool = False, persistent_workers: bool = True,
+                 batches_per_epoch: int | None = None):
+        self.ds, self.batch_size, self.rank, self.world, self.seed = ds, int(batch_size), rank, world, seed
+        self.num_workers, self.prefetch_factor, self.epoch, self.skip_batches = int(num_workers), prefetch_factor, 0, 0
+        if ds.device is not None:
+            self.sampler, self._dl = None, None
+            self.batches = len(ds) // self.batch_size if batches_per_epoch is None else int(batches_per_epoch)
+            return
+        self.sampler = ResumableSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.batches = (len(ds) // world) // self.batch_size
+        if self.num_workers > 0:
+            self._dl = torch.utils.data.DataLoader(
+                ds, batch_size=self.batch_size, sampler=self.sampler, drop_last=True, collate_fn=_identity,
+                num_workers=self.num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
+                prefetch_factor=prefetch_factor)
+        else:
+            self._dl = None
+            ds.pin = bool(pin_memory)                  # gather straight into page-locked memory
+
+    def __len__(self): return self.batches - self.skip_batches
+
+    def set_epoch(self, epoch: int, skip_batches: int = 0):
+        "Start `epoch` after its first `skip_batches` batches (a resumed run continues mid-epoch)."
+        self.epoch, self.skip_batches = int(epoch), int(skip_batches)
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch); self.sampler.skip = self.skip_batches * self.batch_size
+
+    def _index_batches(self):
+        if self.ds.device is not None:
+            g = torch.Generator().manual_seed(int(self.seed) * 100003 + self.rank * 7919 + self.epoch)
+            perm = torch.randperm(len(self.ds), generator=g).to(self.ds.device)   # one copy per epoch
+            for b in range(self.skip_batches, self.batches):
+                yield perm[b * self.batch_size:(b + 1) * self.batch_size]
+            return
+        idx = list(self.sampler)
+        for b in range(len(idx) // self.batch_size):
+            yield idx[b * self.batch_size:(b + 1) * self.batch_size]
+
+    def __iter__(self):
+        if self.ds.device is not None: return (self.ds.__getitems__(i) for i in self._index_batches())
+        if self._dl is not None: return iter(self._dl)
+        return prefetch((self.ds.__getitems__(i) for i in self._index_batches()), self.prefetch_factor or 1)
+
+    def __repr__(self):
+        how = ("device gathers" if self.ds.device is not None else f"{self.num_workers} workers" if self.num_workers else "prefetch thread")
+        return f"RankLoader(rank {self.rank}/{self.world}, {self.batches} batches of {self.batch_size}/epoch, {self.ds.storage}, {how})"
+
+# %% ../nbs/03_dataset.ipynb #dc80f140
+def _needed(cfg) -> list: return list(cfg.task.dataset.obs_keys) + [cfg.task.dataset.action_key]
+
+def config_storage(cfg) -> str:
+    "`task.dataset.storage`, reading `in_memory: true/false` of configs written by earlier versions."
+    D = cfg.task.dataset
+    storage = D.get("storage", "auto") or "auto"
+    legacy = D.get("in_memory", "auto")
+    if storage == "auto" and legacy in (True, False): return "memory" if legacy else "chunks"
+    return storage
+
+def num_workers_for(num_workers, storage: str) -> int:
+    "`dataloader.num_workers: auto` → 2 worker processes for `chunks` (decoding is CPU work), 0 otherwise (a prefetch thread)."
+    if num_workers in ("auto", None): return 2 if storage == "chunks" else 0
+    return int(num_workers)
+
+def prepare_cache(cfg, progress: bool = True):
+    "Build the decoded cache a run will use (storage `mmap`, or `device` read through it) before ranks start; `None` if none is used."
+    D = cfg.task.dataset
+    if not D.zarr_path: return None
+    info = describe(D.zarr_path)
+    storage, nbytes = config_storage(cfg), sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
+    mode = resolve_storage(storage if storage != "device" else "auto", nbytes, D.get("cache_dir"), SequenceDataset.small_bytes)[0]
+    if mode != "mmap": return None
+    return DecodedCache(D.zarr_path, D.get("cache_dir")).build(_needed(cfg), progress=progress)
+
+def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size: int | None = None,
+                progress: bool | None = None) -> RankLoader:
+    """The data side of `train_worker` in one call: the dataset in the configured storage, its (train, val) split by
+    episode, this rank's shard for `storage=device`, and the loader. The loader carries `.dataset`, `.train`, `.val`."""
+    from .config import plan
+    D, L = cfg.task.dataset, cfg.dataloader
+    if not D.zarr_path: raise DataError("task.dataset.zarr_path is not set (dpt train --data PATH)")
+    device = torch.device(device)
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    ds = SequenceDataset(D.zarr_path, cfg.horizon, cfg.n_obs_steps, cfg.pad_before, cfg.pad_after, keys=list(D.obs_keys),
+                         action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, storage=config_storage(cfg),
+                         cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress)
+    train, val = ds.split(D.val_ratio, D.split_seed)
+    B = int(batch_size or plan(cfg, world).per_device_batch)
+    seed = int(cfg.training.seed)
+    if ds.storage == "device":
+        parts = shard_episodes(train.lengths[train.episodes], world)
+        windows = [len(window_table(train.ends, cfg.horizon, cfg.pad_before, cfg.pad_after, train.episodes[p])) for p in parts]
+        loader = RankLoader(train.shard(rank, world, device), B, rank, world, seed, batches_per_epoch=min(windows) // B)
+    else:
+        loader = RankLoader(train, B, rank, world, seed, num_workers=num_workers_for(L.num_workers, ds.storage),
+                            prefetch_factor=int(L.prefetch_factor or 2), pin_memory=bool(L.pin_memory) and device.type == "cuda",
+                            persistent_workers=bool(L.persistent_workers))
+    loader.dataset, loader.train, loader.val = ds, train, val
+    return loader
 
 # %% ../nbs/03_dataset.ipynb #f4a8312c
 class Normalizer(nn.Module):

@@ -301,17 +301,20 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
     if bad: raise StoreError(f"{path}: {len(bad)} damaged chunk(s):\n  " + "\n  ".join(bad))
     return info
 
-def check_finite(path, keys):
-    """Refuse NaN/inf in the float arrays `data/<key>` (streamed chunk by chunk): one `StoreError` naming the key, the
-    first bad row, its episode and value. A NaN in the data would poison the normalizer's limits and every loss."""
+def check_finite(path, keys, arrays: dict | None = None):
+    """Refuse NaN/inf in the float arrays `data/<key>` (streamed chunk by chunk, or read from `arrays`, already decoded
+    copies or memory maps of them): one `StoreError` naming the key, the first bad row, its episode and value. A NaN in
+    the data would poison the normalizer's limits and every loss."""
     g = open_store(path)
     ends = np.asarray(g["meta/episode_ends"][:], dtype=np.int64)
     for k in keys:
         a = g[f"data/{k}"]
         if a.dtype.kind != "f": continue
-        C = a.chunks[0]
+        src = None if arrays is None else arrays.get(k)
+        C = a.chunks[0] if src is None else max(a.chunks[0], (1 << 24) // max(1, a.dtype.itemsize * int(np.prod(a.shape[1:]))))
         for s in range(0, a.shape[0], C):
-            blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, min(s + C, a.shape[0])))
+            e = min(s + C, a.shape[0])
+            blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, e) if src is None else src[s:e])
             bad = ~np.isfinite(blk.reshape(len(blk), -1))
             if bad.any():
                 r, c = (int(x[0]) for x in np.nonzero(bad))

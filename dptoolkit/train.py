@@ -18,31 +18,21 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from . import __version__
 from .config import ConfigError, plan as make_plan
-from .dataset import Normalizer, SequenceDataset
+from .dataset import Normalizer, ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
 from .launch import launch, launched, progress
 from .policy import DiffusionPolicy
 from .store import describe
 
 # %% auto #0
-__all__ = ['TrainError', 'ResumableSampler', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint',
-           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'Trackers', 'lock_run', 'unlock_run',
-           'train_worker', 'RunResult', 'BackgroundRun', 'train']
+__all__ = ['TrainError', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'check_store_shapes',
+           'load_weights', 'StopSignal', 'strict_json', 'Trackers', 'lock_run', 'unlock_run', 'train_worker',
+           'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
 class TrainError(RuntimeError):
     "Training cannot start or resume; the message names the file or setting."
 
 # %% ../nbs/05_train.ipynb #5931fab9
-class ResumableSampler(DistributedSampler):
-    "DistributedSampler that can start an epoch part-way through (`skip` samples of this rank's order)."
-    skip = 0
-    def __iter__(self):
-        idx = list(super().__iter__())
-        return iter(idx[self.skip:])
-    def __len__(self): return super().__len__() - self.skip
-
-def _identity(batch): return batch   # the dataset already collates in __getitems__
-
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
     "diffusion_policy's EMA warm-up: decay grows from 0 towards `max_value`."
     if step <= 0: return 0.0
@@ -338,20 +328,13 @@ def train_worker(cfg) -> dict:
         torch.use_deterministic_algorithms(True, warn_only=True)
         if use_cuda: torch.backends.cudnn.benchmark = False
 
-    # data
+    # data: storage, split, this rank's shard or share of the shuffle, the loader (dataset.rank_loader)
     D = cfg.task.dataset
     if not D.zarr_path: raise TrainError("task.dataset.zarr_path is not set (dpt train --data PATH)")
     info = describe(D.zarr_path)
-    ds = SequenceDataset(D.zarr_path, cfg.horizon, cfg.n_obs_steps, cfg.pad_before, cfg.pad_after, keys=list(D.obs_keys),
-                         action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, in_memory=D.in_memory if D.in_memory != "auto" else "auto")
-    train_ds, val_ds = ds.split(D.val_ratio, D.split_seed)
-    sampler = ResumableSampler(train_ds, num_replicas=world, rank=rank, shuffle=True, seed=T.seed, drop_last=True)
-    L = cfg.dataloader; nw = int(L.num_workers)
-    loader = DataLoader(train_ds, batch_size=p.per_device_batch, sampler=sampler, drop_last=True, collate_fn=_identity,
-                        num_workers=nw, pin_memory=bool(L.pin_memory) and use_cuda, persistent_workers=bool(L.persistent_workers) and nw > 0,
-                        prefetch_factor=L.prefetch_factor if nw > 0 else None)
-    micro_per_epoch = (len(train_ds) // world) // p.per_device_batch
-    steps_per_epoch = micro_per_epoch // p.grad_accum
+    loader = rank_loader(cfg, rank, world, device, batch_size=p.per_device_batch)
+    ds, train_ds, val_ds = loader.dataset, loader.train, loader.val
+    steps_per_epoch = loader.batches // p.grad_accum
     if steps_per_epoch == 0:
         raise TrainError(f"{D.zarr_path}: {len(train_ds)} training windows over {world} rank(s) give no full step of "
                          f"{p.per_device_batch} × accum {p.grad_accum}; lower dataloader.batch_size")
@@ -419,6 +402,7 @@ def train_worker(cfg) -> dict:
               f"{dist.get_backend() if distributed else 'none'} | batch {p.per_device_batch}/device × {world} × accum {p.grad_accum} "
               f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision} | steps {step}→{total} | "
               f"{len(train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "") +
+              f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "") + (f" ({ds.note})" if ds.note else "") +
               f", {steps_per_epoch} steps/epoch | run {run_dir}", flush=True)
     if distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
@@ -446,8 +430,7 @@ def train_worker(cfg) -> dict:
     last_log = None; step_in_epoch = skip_steps
     stopping = None
     while step < total and not stopping:
-        sampler.set_epoch(epoch)
-        sampler.skip = skip_steps * p.grad_accum * p.per_device_batch; skip_steps = 0
+        loader.set_epoch(epoch, skip_batches=skip_steps * p.grad_accum); skip_steps = 0
         micro, loss_acc = 0, 0.0
         t_data = time.perf_counter()
         for batch in loader:
@@ -618,6 +601,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     _check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
     if not wait: return _start_background(cfg, rd, dev, backend)
+    prepare_cache(cfg, progress=progress)           # storage mmap: the machine's decoded cache, built once, with a progress bar here
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,

@@ -1,5 +1,5 @@
 """Shared fixtures: sample stores, a `dpt` runner, and process-tree helpers (psutil)."""
-import os, subprocess, sys
+import os, subprocess, sys, tempfile
 from pathlib import Path
 
 import psutil
@@ -9,6 +9,8 @@ from dptoolkit.store import sample_data
 from dptoolkit.merge import merge
 
 ROOT = Path(__file__).resolve().parent.parent
+# the decoded cache of every store a test opens with storage mmap: a folder of this test session, not ~/.cache
+os.environ.setdefault("DPT_CACHE_DIR", tempfile.mkdtemp(prefix="dpt-test-cache-"))
 
 
 @pytest.fixture(scope="session")

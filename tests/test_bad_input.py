@@ -370,6 +370,42 @@ def _(tmp, store):
     assert not (tmp / "r").exists()
 
 
+@pytest.fixture(scope="module")
+def camstore(tmp_path_factory):
+    from dptoolkit.store import make_sample_store
+    p = tmp_path_factory.mktemp("cam") / "cam.zarr"
+    make_sample_store(p, episodes=6, min_len=60, max_len=90, image_hw=(96, 128), seed=1)   # ~15 MB decoded
+    return p
+
+@row("D1", "data", "`storage: mmap` with a cache folder on a disk without the space (tmpfs 2 MB)", "the decoded cache of cam.zarr (head_camera, state, action) needs … MB but only … MB is free there")
+def _(tmp, camstore):
+    from dptoolkit.dataset import CacheError
+    with tmpfs(tmp / "small", "2m") as d:
+        msg = raises(CacheError, "needs", SequenceDataset, camstore, keys=["head_camera", "state"], storage="mmap", cache_dir=d)
+        assert "(head_camera, state, action) needs" in msg and "but only" in msg and "is free there" in msg and str(d) in msg
+        assert [f for f in files(d) if f.endswith(".npy") or ".tmp-" in f] == []
+
+@row("D2", "data", "`dpt cache` into a read-only folder", "dpt: error: …: the cache folder is not writable")
+def _(tmp, camstore):
+    with tmpfs(tmp / "ro", "1m", ro=True) as d:
+        r = dpt("cache", camstore, "--cache-dir", d / "c", "--no-progress")
+        assert r.returncode == 1 and r.stderr.startswith("dpt: error: ") and "the cache folder is not writable" in r.stderr
+        assert "Traceback" not in r.stderr and files(d) == []
+
+@row("D3", "data", "`storage: device` with a shard bigger than the device's free memory allows", "rank 0's shard (… of … episodes over 1 ranks) needs … on cpu, over 50% of its … free")
+def _(tmp, camstore):
+    from dptoolkit.dataset import DataError
+    import dptoolkit.dataset as D
+    ds = SequenceDataset(camstore, keys=["head_camera", "state"], storage="device")
+    real, D._free_bytes = D._free_bytes, lambda device: 1 << 20        # a device with 1 MB free
+    try: raises(DataError, "rank 0's shard (6 of 6 episodes over 1 ranks) needs", ds.shard, 0, 1, "cpu")
+    finally: D._free_bytes = real
+
+@row("D4", "data", "an unknown storage (`task.dataset.storage=ram`)", "task.dataset.storage='ram': expected one of auto, mmap, memory, chunks, device")
+def _(tmp, store):
+    raises(ConfigError, "task.dataset.storage='ram': expected one of auto, mmap, memory, chunks, device", load_config, "test", ["task.dataset.storage=ram"])
+
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
