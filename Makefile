@@ -12,4 +12,4 @@ docs:             ## static docs site in _site/ (Quarto-free); `nbdev_docs` wher
 export:           ## notebooks -> library, and clean notebooks
 	nbdev_export && nbdev_clean
 bench:
-	python3 bench/merge.py && python3 bench/dataset.py && python3 bench/overhead.py && python3 bench/optimizer.py && python3 bench/launch.py && python3 bench/policy.py
+	python3 bench/merge.py && python3 bench/data_share.py && python3 bench/dataset.py && python3 bench/overhead.py && python3 bench/optimizer.py && python3 bench/launch.py && python3 bench/policy.py

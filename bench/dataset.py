@@ -150,20 +150,31 @@ def main():
     # 2. windows/s
     kw = dict(keys=["head_camera", "state"], cache_dir=cache_dir)
     rows = []
-    def measure(name, ds, workers, cold=False, batches=a.batches):
-        if cold and not drop_caches(): print(f"  {name}: cannot drop the page cache (not root): cold skipped"); return
+    def measure(name, ds, workers, batches=a.batches):
+        cold = name.endswith("(cold)")
         tr, _ = ds.split(0.0)
         if ds.storage == "device": tr = tr.shard(0, 1, "cpu")
         ld = RankLoader(tr, a.batch, 0, 1, seed=0, num_workers=workers, prefetch_factor=2, persistent_workers=False)
-        r = rate(ld, batches if name != "chunks" else max(3, batches // 4))
+        r = rate(ld, batches if name != "chunks" else max(3, batches // 4), warm=2 if name == "chunks" or cold else 10)
         rows.append(dict(storage=name, workers=workers, windows_s=r)); print(f"  {name:12s} workers={workers}: {r:9.0f} windows/s", flush=True)
+    def warm_page_cache():
+        for k in keys:
+            with open(c.file(k), "rb") as f:
+                while f.read(64 << 20): pass
     for name in ["chunks", "mmap", "mmap (cold)", "memory", "device"]:
         if name.split()[0] in skip: continue
         st = name.split()[0]
-        ds = SequenceDataset(store, 8, 3, 2, 5, storage=st, **kw)
+        if st in ("mmap", "device") and name != "mmap (cold)": warm_page_cache()
+        ds = None
         for w in (0, 2):
             if st == "device" and w: continue
-            measure(name, ds, w, cold=name.endswith("(cold)"))
+            if name == "mmap (cold)":  # dropped before each open: pages a process maps cannot be dropped
+                ds = None
+                if not drop_caches(): print("  mmap (cold): cannot drop the page cache (not root): skipped"); break
+            if ds is None:
+                ds = SequenceDataset(store, 8, 3, 2, 5, storage=st, **kw)
+                if ds.populating is not None and name == "mmap": ds.populating.join()   # warm: mapped, as after a run's model set-up
+            measure(name, ds, w)
         del ds
     res["rates"] = rows
     get = lambda s, w: next((r["windows_s"] for r in rows if r["storage"] == s and r["workers"] == w), float("nan"))
@@ -173,22 +184,25 @@ def main():
       print(f"\nmmap warm / chunks (best of 0 and 2 workers each): {best('mmap') / best('chunks'):.1f}x (goal >= 30x)")
       print(f"mmap warm / memory (best of 0 and 2 workers each): {best('mmap') / best('memory'):.2f}x (goal >= 0.5x)")
       res["ratios"] = dict(mmap_over_chunks=best("mmap") / best("chunks"), mmap_over_memory=best("mmap") / best("memory"))
-    # 3. USS of 2 ranks x 2 workers on mmap
+    # 3. memory of 2 ranks reading mmap: 2 DataLoader workers each, then the default (a prefetch thread in the rank)
     if "uss" not in skip:
         from dptoolkit.launch import launch
         from omegaconf import OmegaConf
-        cfg = for_store(store, name="test", overrides=[f"dataloader.batch_size={2 * a.batch}", "dataloader.num_workers=2",
-                                                        "task.dataset.storage=mmap", f"task.dataset.cache_dir={cache_dir}",
-                                                        "scaling.keep_effective_batch_size=true"])
-        out = launch(uss_rank, OmegaConf.to_container(cfg), a.batches, nprocs=2, progress_bar=False)
         M = lambda v: f"{v / 1e6:.0f} MB"
-        print(f"\n2 ranks x 2 workers reading mmap ({a.batches} batches of {a.batch}); data {M(info.nbytes)}:")
-        for r, o in enumerate(out):
-            print(f"  rank {r}: USS {M(o['before_uss'])} before the data, peak {M(o['rank_uss'])}; private (anon + dirty) "
-                  f"{M(o['before_private'])} -> {M(o['rank_private'])}; PSS peak {M(o['rank_pss'])}. Its 2 workers: peak USS "
-                  f"{M(o['worker_uss'])}, private {M(o['worker_private'])}, PSS {M(o['worker_pss'])}. Rank + workers PSS {M(o['pss_total'])}")
-        print(f"  all ranks and workers together, PSS: {M(sum(o['pss_total'] for o in out))} (one copy of the pages they touched)")
-        res["uss"] = out
+        res["uss"] = {}
+        for workers in (2, 0):
+            cfg = for_store(store, name="test", overrides=[f"dataloader.batch_size={2 * a.batch}", f"dataloader.num_workers={workers}",
+                                                            "task.dataset.storage=mmap", f"task.dataset.cache_dir={cache_dir}",
+                                                            "scaling.keep_effective_batch_size=true"])
+            out = launch(uss_rank, OmegaConf.to_container(cfg), a.batches, nprocs=2, progress_bar=False)
+            print(f"\n2 ranks x {workers} workers reading mmap ({a.batches} batches of {a.batch}); data {M(info.nbytes)}:")
+            for r, o in enumerate(out):
+                print(f"  rank {r}: USS {M(o['before_uss'])} before the data, peak {M(o['rank_uss'])}; private (anon + dirty) "
+                      f"{M(o['before_private'])} -> {M(o['rank_private'])}; PSS peak {M(o['rank_pss'])}." +
+                      (f" Its {workers} workers: peak USS {M(o['worker_uss'])}, private {M(o['worker_private'])}, PSS {M(o['worker_pss'])}."
+                       f" Rank + workers PSS {M(o['pss_total'])}" if workers else ""))
+            print(f"  all ranks and workers together, PSS: {M(sum(o['pss_total'] for o in out))} (the data once, shared, plus every process's own memory and libraries)")
+            res["uss"][workers] = out
     # 4. bigger than RAM: dpt train in a memory cgroup
     if "cgroup" not in skip:
         res["cgroup"] = cgroup_train(store, cache_dir, a.cgroup_gb, info.nbytes, a.train_steps)

@@ -245,13 +245,13 @@ def memory_budget() -> int:
     except (OSError, ValueError): pass
     return budget
 
-def populate(arrays, background: bool = True) -> bool:
+def populate(arrays, background: bool = True) -> threading.Thread | None:
     """Map memory-mapped `arrays` into this process's page tables ahead of use (`madvise(MADV_POPULATE_READ)`, Linux
     5.14+), when together they fit in half of `memory_budget()`; otherwise leave them to demand paging, so a cache bigger
     than RAM is never read in whole. Best effort, in a background thread (the call releases the GIL): the first random
-    touches of a 4 GB cache otherwise cost a page fault per 64 KB read. Returns whether it started."""
+    touches of a 4 GB cache otherwise cost a page fault per 64 KB read. Returns the thread (`None` when nothing is done)."""
     arrays = [a for a in arrays if isinstance(a, np.memmap) and a.nbytes]
-    if not arrays or sum(a.nbytes for a in arrays) > memory_budget() // 2 or not sys.platform.startswith("linux"): return False
+    if not arrays or sum(a.nbytes for a in arrays) > memory_budget() // 2 or not sys.platform.startswith("linux"): return None
     import ctypes
     libc, page = ctypes.CDLL(None, use_errno=True), os.sysconf("SC_PAGE_SIZE")
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -259,9 +259,10 @@ def populate(arrays, background: bool = True) -> bool:
         for a in arrays:
             p = a.ctypes.data; base = p - p % page
             libc.madvise(base, a.nbytes + (p - base), 22)          # MADV_POPULATE_READ; EINVAL on older kernels: no harm
-    if background: threading.Thread(target=run, daemon=True, name="dpt-populate").start()
-    else: run()
-    return True
+    th = threading.Thread(target=run, daemon=True, name="dpt-populate")
+    th.start()
+    if not background: th.join()
+    return th
 
 def cache_list(cache_dir=None) -> pd.DataFrame:
     "One row per cache entry: store, keys, size on disk, whether the store still matches, last build."
@@ -320,6 +321,21 @@ def shard_episodes(lengths, world: int) -> list:
 # %% ../nbs/03_dataset.ipynb #42ae0c4a
 def _torch_dtype(dtype) -> torch.dtype: return torch.from_numpy(np.empty(0, dtype)).dtype
 
+class _Buffers:
+    """Gather outputs, reused once nothing refers to them any more (no tensor, view or slice of an earlier batch is
+    alive: a batch you keep is never overwritten). A fresh 88 MB buffer per batch costs the kernel a page zeroing, and
+    with transparent huge pages sometimes a 100-300 ms compaction stall."""
+    def __init__(self, keep: int = 8): self.keep, self.pool, self.pid = keep, [], os.getpid()
+
+    def get(self, shape, dtype) -> np.ndarray:
+        if self.pid != os.getpid(): self.pool, self.pid = [], os.getpid()   # a forked worker starts its own
+        for a in self.pool:
+            if a.shape == shape and a.dtype == dtype and sys.getrefcount(a) == 3: return a   # the pool, `a`, the call
+        a = np.empty(shape, dtype)
+        self.pool.append(a)
+        if len(self.pool) > self.keep: self.pool.pop(0)
+        return a
+
 class SequenceDataset(torch.utils.data.Dataset):
     """Windows of `horizon` steps over a store: `{'obs': {key: (n_obs_steps, ...)}, 'action': (horizon, action_dim)}`.
 
@@ -363,7 +379,8 @@ class SequenceDataset(torch.utils.data.Dataset):
         self.shapes = {k: tuple(info.arrays[k].shape[1:]) for k in needed}
         self.dtypes = {k: np.dtype(info.arrays[k].dtype) for k in needed}
         self.storage, self.note = resolve_storage(storage, self.nbytes, cache_dir, self.small_bytes)
-        self.cache_dir, self.cache, self.device, self.pin = cache_dir, None, None, False
+        self.cache_dir, self.cache, self.device, self.pin, self.populating = cache_dir, None, None, False, None
+        self._buffers = _Buffers()
         host = self.storage if self.storage != "device" else resolve_storage("auto", self.nbytes, cache_dir, self.small_bytes)[0]
         self._open(host, needed, progress)
         # a NaN in the data would poison the normalizer and every loss: checked on the decoded rows where there are some
@@ -381,12 +398,12 @@ class SequenceDataset(torch.utils.data.Dataset):
         elif host == "mmap":
             self.cache = DecodedCache(self.path, self.cache_dir).build(needed, progress=progress)
             self._src = {k: self.cache.open(k) for k in needed}
-            populate(self._src.values())
+            self.populating = populate(self._src.values())     # a thread; join it to wait
         else:
             self._src = ChunkCache(self.path, needed)
 
     def __getstate__(self):   # DataLoader workers started by spawn: memory maps are reopened, never pickled as copies
-        s = dict(self.__dict__)
+        s = dict(self.__dict__, populating=None, _buffers=_Buffers())
         if self.host == "mmap": s["_src"] = None
         return s
 
@@ -400,13 +417,13 @@ class SequenceDataset(torch.utils.data.Dataset):
         return np.take(self._src[key], np.asarray(t).reshape(-1), axis=0).reshape(np.shape(t) + self.shapes[key])
 
     def _gather(self, key, t) -> torch.Tensor:
-        """One vectorised read of rows `t` into a new tensor: page-locked when `pin` (torch's caching host allocator,
-        for non-blocking copies to a GPU), else numpy-allocated (numpy asks for huge pages: a fresh 88 MB `torch.empty`
-        costs 4x the gather itself in page faults). `mode="clip"` lets `take` write straight into `out` (the default
+        """One vectorised read of rows `t` into a tensor: page-locked when `pin` (torch's caching host allocator, for
+        non-blocking copies to a GPU), else a numpy buffer from `_Buffers` (a fresh 88 MB `torch.empty` per batch costs
+        4x the gather itself in page faults). `mode="clip"` lets `take` write straight into `out` (the default
         mode buffers it); the indices are in range by construction."""
         shape = t.shape + self.shapes[key]
         if self.pin: out = torch.empty(shape, dtype=_torch_dtype(self.dtypes[key]), pin_memory=True); view = out.numpy()
-        else: view = np.empty(shape, self.dtypes[key]); out = torch.from_numpy(view)
+        else: view = self._buffers.get(shape, self.dtypes[key]); out = torch.from_numpy(view)
         view = view.reshape((-1,) + self.shapes[key])
         if isinstance(self._src, ChunkCache): view[...] = self._src.take(key, t.reshape(-1))
         else: np.take(self._src[key], t.reshape(-1), axis=0, out=view, mode="clip")

@@ -10,5 +10,10 @@ bash tools/check_sync.sh
 echo "== notebooks: every chapter executed while building the docs site =="
 site=${DPT_SITE:-_site}
 python3 tools/build_docs.py --out "$site"
-echo "== pytest (tests/) =="
-DPT_SITE="$(cd "$site" && pwd)" python3 -m pytest -q --durations=30 tests "$@"
+echo "== pytest (tests/): two test files at a time =="
+# Most tests wait on real processes (rank start-up, Slurm, kernels, a browser), so a 2-core machine runs two test
+# files at once at little cost; a file's tests stay together (their module fixtures, and the Slurm tests share one
+# cluster). DPT_TEST_WORKERS=0 runs them one by one.
+workers=${DPT_TEST_WORKERS:-2}
+par=(); [ "$workers" != 0 ] && par=(-n "$workers" --dist loadfile)
+DPT_SITE="$(cd "$site" && pwd)" python3 -m pytest -q --durations=30 "${par[@]}" tests "$@"
