@@ -14,7 +14,7 @@ import torch
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 
-from .dataset import SequenceDataset, window_steps
+from .dataset import SequenceDataset, config_storage, window_steps
 from .policy import DiffusionPolicy
 from .store import describe
 
@@ -141,7 +141,12 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
         except TrainError as e: raise EvalError(f"{e}; evaluate on a store with the run's dimensions") from None
         run_name = str(run)
     if split not in ("val", "train", "all"): raise EvalError(f"split={split!r}: expected 'val', 'train' or 'all'")
-    ds = SequenceDataset(store, policy.horizon, policy.n_obs_steps, *pads, keys=keys, action_key=action_key)
+    storage, cache_dir = "auto", None
+    if cfg is not None:                     # the run's storage and cache folder (a device shard is a training layout)
+        storage, cache_dir = config_storage(cfg), cfg.task.dataset.get("cache_dir")
+        if storage == "device": storage = "auto"
+    ds = SequenceDataset(store, policy.horizon, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
+                         storage=storage, cache_dir=cache_dir)
     adim = ds.shapes[action_key][0]
     if adim != policy.action_dim: raise EvalError(f"{store}: data/{action_key} has {adim} dims, the policy predicts {policy.action_dim}")
     train_ds, val_ds = ds.split(cfg.task.dataset.val_ratio, cfg.task.dataset.split_seed) if cfg is not None else (ds, ds)

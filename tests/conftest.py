@@ -56,3 +56,12 @@ def rank_processes(pid=None):
         except (psutil.Error, AttributeError): continue
         if "forkserver" in parent_cmd: out.append(p)
     return out
+
+
+def shell_reply(kc, msg_id, timeout=120):
+    "The kernel's reply to request `msg_id`, skipping other shell replies (a late kernel_info reply arrives under load)."
+    import time as _t
+    end = _t.time() + timeout
+    while True:
+        msg = kc.get_shell_msg(timeout=max(0.1, end - _t.time()))
+        if msg["parent_header"].get("msg_id") == msg_id: return msg["content"]

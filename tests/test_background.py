@@ -6,7 +6,7 @@ import json, shutil, time
 import psutil
 import pytest
 
-from conftest import alive
+from conftest import alive, shell_reply
 
 
 def _lines(run):
@@ -36,8 +36,7 @@ def test_background_run_in_a_kernel(merged, tmp_path):
     km, kc = start_new_kernel(kernel_name="python3")
     try:
         def ex(code, timeout=120, **expr):
-            kc.execute(code, user_expressions=expr)
-            reply = kc.get_shell_msg(timeout=timeout)["content"]
+            reply = shell_reply(kc, kc.execute(code, user_expressions=expr), timeout)
             assert reply["status"] == "ok", reply
             return {k: v["data"]["text/plain"] for k, v in reply["user_expressions"].items()}
         ex(f"""import time
@@ -49,8 +48,8 @@ t0 = time.time(); h = train(cfg, nprocs=2, run_dir={str(run)!r}, wait=False); dt
         assert ex("x = 6 * 7", x="x")["x"] == "42"                             # the kernel is free
         _wait(lambda: _lines(run) >= 2, 120, "the run's first log lines")
         # interrupting the kernel (a cell busy in time.sleep) does not reach the run
-        kc.execute("time.sleep(60)"); time.sleep(1.0); km.interrupt_kernel()
-        reply = kc.get_shell_msg(timeout=30)["content"]
+        mid = kc.execute("time.sleep(60)"); time.sleep(1.0); km.interrupt_kernel()
+        reply = shell_reply(kc, mid, 30)
         assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
         n = _lines(run)
         _wait(lambda: _lines(run) > n + 1, 60, "the run to go on after the interrupt")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dptoolkit.dataset import CacheError, DecodedCache, SequenceDataset, cache_list
+from dptoolkit.dataset import DecodedCache, SequenceDataset
 from dptoolkit.store import make_sample_store, open_store
 from conftest import dpt
 
@@ -131,10 +131,14 @@ def test_bigger_than_ram_in_a_memory_cgroup(big_cam, tmp_path):
 
 
 def test_cache_built_once_and_rebuilt_when_the_store_changes(cam, tmp_path):
+    """`dpt cache` builds ahead of a run; the run's dataset then opens in < 1 s with no rebuild; a rewritten store gets a
+    new entry; `--list --json` tells them apart and `--clear --stale` removes only the old one."""
     cache = tmp_path / "cache"
-    ds = SequenceDataset(cam, storage="mmap", cache_dir=cache, **KW)
-    c = ds.cache
+    r = dpt("cache", cam, "--cache-dir", cache, "--no-progress", check=0)
+    assert "cached head_camera, state, action" in r.stdout
+    c = DecodedCache(cam, cache)
     stamp = {f.name: f.stat().st_mtime_ns for f in c.dir.glob("*.npy")}
+    assert len(stamp) == 3
     t0 = time.perf_counter()
     again = SequenceDataset(cam, storage="mmap", cache_dir=cache, **KW)
     opened = time.perf_counter() - t0
@@ -146,10 +150,13 @@ def test_cache_built_once_and_rebuilt_when_the_store_changes(cam, tmp_path):
     new = SequenceDataset(cam, storage="mmap", cache_dir=cache, **KW)
     assert new.cache.dir != c.dir
     np.testing.assert_array_equal(np.asarray(new.cache.open("head_camera")), open_store(cam)["data/head_camera"][:])
-    listed = cache_list(cache)
-    assert sorted(listed.current.tolist()) == [False, True]
+    listed = {e["entry"]: e for e in json.loads(dpt("cache", "--list", "--json", "--cache-dir", cache, check=0).stdout)}
+    assert {k: e["current"] for k, e in listed.items()} == {c.dir.name: False, new.cache.dir.name: True}
+    assert listed[c.dir.name]["store"] == str(Path(cam).resolve()) and listed[c.dir.name]["keys"] == "action,head_camera,state"
     r = dpt("cache", "--clear", "--stale", "--cache-dir", cache, check=0)
     assert "removed" in r.stdout and not c.dir.exists() and new.cache.dir.exists()
+    r = dpt("cache", "--cache-dir", cache, check=1)
+    assert r.stderr.startswith("dpt: error: dpt cache: give a STORE") and "Traceback" not in r.stderr
 
 
 _BUILDER = r"""
@@ -209,16 +216,3 @@ def test_each_storage_trains_on_the_same_windows(cam, tmp_path):
     assert len(losses["memory"]) == 4
     assert losses["chunks"] == losses["memory"] and losses["mmap"] == losses["memory"]
     assert losses["device"] != losses["memory"] and all(np.isfinite(losses["device"]))
-
-
-def test_dpt_cache_cli(cam, tmp_path):
-    cache = tmp_path / "c"
-    r = dpt("cache", cam, "--cache-dir", cache, "--no-progress", check=0)
-    assert "cached head_camera, state, action" in r.stdout
-    r = dpt("cache", "--list", "--cache-dir", cache, "--json", check=0)
-    (e,) = json.loads(r.stdout)
-    assert e["store"] == str(Path(cam).resolve()) and e["current"] and e["keys"] == "action,head_camera,state"
-    r = dpt("cache", "--cache-dir", cache, check=1)
-    assert r.stderr.startswith("dpt: error: dpt cache: give a STORE") and "Traceback" not in r.stderr
-    r = dpt("cache", "--clear", "--cache-dir", cache, check=0)
-    assert cache_list(cache).empty
