@@ -65,7 +65,9 @@ def test_interrupt_stops_children(tmp_path):
         if __name__ == "__main__":
             launch(body, nprocs=2)
     """))
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a terminal's Ctrl-C: SIGINT at its default in the child (a shell's background job inherits it ignored)
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     t0 = time.time(); seen = ""
     while "ready" not in seen and time.time() - t0 < 60: seen += p.stdout.readline()
     kids = rank_processes(p.pid)
