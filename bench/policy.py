@@ -43,7 +43,7 @@ def main():
         ts = []
         for i in range(a.warmup + a.reps):
             sync(); t = time.perf_counter()
-            with amp(): loss = net(batch, generator=g)
+            with amp(): loss = net(batch, **model.draw(batch, g))   # random inputs drawn eagerly, as train_worker does
             loss.backward(); opt.step(); opt.zero_grad(set_to_none=True); ema.update_parameters(model)
             sync(); ts.append(time.perf_counter() - t)
         med = statistics.median(ts[a.warmup:])

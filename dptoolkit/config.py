@@ -59,6 +59,7 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_pr
             "logging.wandb.mode": ("online", "offline", "disabled"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device")}
 _AUTO_OR_INT = ("dataloader.num_workers",)      # "auto" or a count
+_TRISTATE = ("training.resume", "training.compile")   # true | false | auto
 
 def _all_keys(cfg, prefix=""):
     for k, v in cfg.items():
@@ -96,7 +97,8 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
         if isinstance(old, float) and isinstance(new, str):  # YAML 1.1 reads 2e-4 as a string
             try: new = float(new)
             except ValueError: pass
-        if key == "training.resume" and new == "auto": old = new     # resume: true | false | auto
+        if key in _TRISTATE: old = new                  # true | false | auto: check_config names the choices
+        elif isinstance(old, str) and isinstance(new, bool): new = raw.strip()   # YAML 1.1 reads no/off/yes/on as booleans
         if not _type_ok(old, new):
             raise ConfigError(f"override {item!r}: {key} expects {type(old).__name__ if not isinstance(old, ListConfig) else 'list'} "
                               f"(currently {OmegaConf.to_container(old) if isinstance(old, ListConfig) else old!r}), got {new!r}")
@@ -110,6 +112,9 @@ def check_config(cfg: DictConfig):
         v = OmegaConf.select(cfg, key)
         if v is not None and v not in choices:
             raise ConfigError(f"{key}={v!r}: expected one of {', '.join(choices)}")
+    for key in _TRISTATE:
+        v = OmegaConf.select(cfg, key)
+        if v is not None and v not in (True, False, "auto"): raise ConfigError(f"{key}={v!r}: expected true, false or auto")
     for key in _AUTO_OR_INT:
         v = OmegaConf.select(cfg, key)
         if v is not None and v != "auto" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):

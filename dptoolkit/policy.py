@@ -198,36 +198,51 @@ class ObsEncoder(nn.Module):
     @property
     def output_dim(self) -> int: return self.feature_dim * len(self.rgb_keys) + sum(self.low_dim.values())
 
-    def crop_frames(self, x, generator=None):
-        "Random (training) or centre (eval) `crop_shape` window of each frame of (N, C, H, W); no host sync."
+    @property
+    def random_crops(self) -> bool: return bool(self.crop) and self.training and self.random_crop
+
+    def draw_crops(self, key, n, device, generator=None):
+        "Top-left corners (n, 2) of random crop windows of camera `key`'s frames (training); drawn on `device`."
+        H, W = self.resize or self.image_shapes[key][1:]
+        h, w = self.crop
+        oy = torch.randint(0, H - h + 1, (n, 1), device=device, generator=generator)
+        ox = torch.randint(0, W - w + 1, (n, 1), device=device, generator=generator)
+        return torch.cat([oy, ox], dim=1)
+
+    def crop_frames(self, x, offsets=None):
+        """Random (training: the windows at `offsets`, (N, 2) rows/cols) or centre (eval) `crop_shape` window of each
+        frame of (N, C, H, W); a gather on the device, no host sync."""
         N, C, H, W = x.shape; h, w = self.crop
-        if not (self.training and self.random_crop):
+        if offsets is None:
             t, l = int(round((H - h) / 2.0)), int(round((W - w) / 2.0))   # torchvision's CenterCrop
             return x[:, :, t:t + h, l:l + w]
         dev = x.device
-        oy = torch.randint(0, H - h + 1, (N, 1), device=dev, generator=generator)
-        ox = torch.randint(0, W - w + 1, (N, 1), device=dev, generator=generator)
-        rows = (oy + torch.arange(h, device=dev))[:, None, :, None]
-        cols = (ox + torch.arange(w, device=dev))[:, None, None, :]
+        rows = (offsets[:, :1] + torch.arange(h, device=dev))[:, None, :, None]
+        cols = (offsets[:, 1:] + torch.arange(w, device=dev))[:, None, None, :]
         return x[torch.arange(N, device=dev)[:, None, None, None], torch.arange(C, device=dev)[None, :, None, None], rows, cols]
 
-    def preprocess(self, img, generator=None):
+    def preprocess(self, img, offsets=None):
         "uint8 (N, 3, H, W) → the backbone's float input (cropping uint8 before the conversion when there is no resize)."
         x = img
         if self.resize: x = F.interpolate(x.float(), size=self.resize, mode="bilinear", antialias=True, align_corners=False)
-        if self.crop: x = self.crop_frames(x, generator)
+        if self.crop: x = self.crop_frames(x, offsets)
         x = x.float() / 255.0 * 2.0 - 1.0
         return (x - self.img_mean) / self.img_std if self.imagenet_norm else x
 
-    def forward(self, obs: dict, generator=None):
-        "obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N, output_dim)."
-        feats = []
+    def forward(self, obs: dict, generator=None, crops: dict | None = None):
+        """obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N, output_dim).
+        Training crops each camera at `crops[key]` ((N, 2) corners), drawn here from `generator` when not given."""
+        feats, crops = [], dict(crops or {})
+        if self.random_crops:
+            for k in self.rgb_keys:
+                if k not in crops: crops[k] = self.draw_crops(k, obs[k].shape[0], obs[k].device, generator)
+        else: crops = {}
         if self.share and self.rgb_keys:
             N = obs[self.rgb_keys[0]].shape[0]
-            f = self.key_model_map["rgb"](torch.cat([self.preprocess(obs[k], generator) for k in self.rgb_keys]))
+            f = self.key_model_map["rgb"](torch.cat([self.preprocess(obs[k], crops.get(k)) for k in self.rgb_keys]))
             feats.append(f.reshape(len(self.rgb_keys), N, -1).transpose(0, 1).reshape(N, -1))
         else:
-            feats += [self.key_model_map[k](self.preprocess(obs[k], generator)) for k in self.rgb_keys]
+            feats += [self.key_model_map[k](self.preprocess(obs[k], crops.get(k))) for k in self.rgb_keys]
         feats += [obs[k].float() for k in self.low_dim_keys]
         return torch.cat(feats, dim=-1)
 
@@ -266,6 +281,8 @@ class DiffusionPolicy(nn.Module):
         sched = dict(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule, prediction_type=prediction_type,
                      clip_sample=True)
         self.noise_scheduler = DDPMScheduler(**sched)
+        # ᾱ_t as a (non-persistent) buffer: it moves with the model, so the loss never copies it to the device
+        self.register_buffer("alphas_cumprod", self.noise_scheduler.alphas_cumprod.clone(), persistent=False)
         self.sample_scheduler = DDIMScheduler(**sched) if sampler == "ddim" else DDPMScheduler(**sched)
         self.num_inference_steps, self.prediction_type = num_inference_steps, prediction_type
 
@@ -280,7 +297,7 @@ class DiffusionPolicy(nn.Module):
                    num_train_timesteps=p.num_train_timesteps, num_inference_steps=p.num_inference_steps,
                    beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler)
 
-    def encode_obs(self, obs: dict, generator=None) -> torch.Tensor:
+    def encode_obs(self, obs: dict, generator=None, crops=None) -> torch.Tensor:
         "(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy flattens it."
         To, flat, B = self.n_obs_steps, {}, None
         for k in self.low_dim_keys:
@@ -293,22 +310,43 @@ class DiffusionPolicy(nn.Module):
                 raise PolicyError(f"camera {k}: got {str(img.dtype).removeprefix('torch.')} {list(img.shape)}, expected uint8 "
                                   f"(B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
             B = img.shape[0]; flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
-        return self.obs_encoder(flat, generator).reshape(B, -1)
+        return self.obs_encoder(flat, generator, crops).reshape(B, -1)
 
-    def compute_loss(self, batch, generator=None, noise=None, timesteps=None) -> torch.Tensor:
-        "Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`/`timesteps` fix the draw."
+    def draw(self, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
+        """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
+        on the batch's device from `generator` (those given are kept). The loop draws them *outside* a compiled model,
+        so `torch.compile` only sees tensors in and a loss out: no generator or RNG state inside the graph."""
+        action = batch["action"]
+        B, dev = action.shape[0], action.device
+        crops = dict(crops or {})
+        if self.obs_encoder.random_crops:
+            for k in self.image_keys:   # the encoder's order: one (B × n_obs_steps, 2) draw per camera
+                if k not in crops: crops[k] = self.obs_encoder.draw_crops(k, B * self.n_obs_steps, dev, generator)
+        if noise is None: noise = torch.randn(action.shape, device=dev, generator=generator)
+        if timesteps is None:
+            timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev, generator=generator)
+        return dict(noise=noise, timesteps=timesteps, crops=crops)
+
+    def add_noise(self, x, noise, t):
+        "The forward diffusion `sqrt(ᾱ_t) x + sqrt(1 - ᾱ_t) noise` (diffusers' `add_noise`, from a buffer already on the device)."
+        a = self.alphas_cumprod.to(x.dtype)[t]
+        shape = (-1,) + (1,) * (x.ndim - 1)
+        return (a ** 0.5).reshape(shape) * x + ((1 - a) ** 0.5).reshape(shape) * noise
+
+    def compute_loss(self, batch, generator=None, noise=None, timesteps=None, crops=None) -> torch.Tensor:
+        """Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`, `timesteps` and `crops`
+        (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order."""
+        d = self.draw(batch, generator, noise, timesteps, crops)
         action = batch["action"].float()
         if "action" in self.normalizer.keys: action = self.normalizer.normalize("action", action)
-        cond = self.encode_obs(batch["obs"], generator)
-        if noise is None: noise = torch.randn(action.shape, device=action.device, generator=generator)
-        t = timesteps if timesteps is not None else torch.randint(
-            0, self.noise_scheduler.config.num_train_timesteps, (action.shape[0],), device=action.device, generator=generator)
-        noisy = self.noise_scheduler.add_noise(action, noise, t)
-        pred = self.model(noisy, t, cond)
-        target = noise if self.prediction_type == "epsilon" else action
+        cond = self.encode_obs(batch["obs"], crops=d["crops"])
+        noisy = self.add_noise(action, d["noise"], d["timesteps"])
+        pred = self.model(noisy, d["timesteps"], cond)
+        target = d["noise"] if self.prediction_type == "epsilon" else action
         return F.mse_loss(pred.float(), target)
 
-    def forward(self, batch, generator=None, noise=None, timesteps=None): return self.compute_loss(batch, generator, noise, timesteps)
+    def forward(self, batch, generator=None, noise=None, timesteps=None, crops=None):
+        return self.compute_loss(batch, generator, noise, timesteps, crops)
 
     @torch.no_grad()
     def predict_action(self, obs: dict, generator=None, num_inference_steps=None) -> dict:

@@ -25,7 +25,8 @@ from .store import describe
 
 # %% auto #0
 __all__ = ['TrainError', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'check_store_shapes',
-           'load_weights', 'StopSignal', 'strict_json', 'Trackers', 'lock_run', 'unlock_run', 'train_worker',
+           'load_weights', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted', 'compile_backend',
+           'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'lock_run', 'unlock_run', 'train_worker',
            'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
@@ -235,11 +236,99 @@ def _check_finite(rec, finite_steps, fp16, run_dir, lr):
         raise TrainError(f"step {rec['step']}: " + " and ".join(f"{k} is {v}" for k, v in bad.items())
                          + " (training diverged); stopped without writing a checkpoint. " + _last_good(run_dir, lr))
 
+def _check_spike(rec, ref, spike, run_dir, lr):
+    """At a log step: `TrainError` when the window's largest grad norm exceeds `spike` × `ref`, the first log window's
+    median (returned, set from this record when still unknown)."""
+    if not spike or rec.get("grad_norm_median") is None: return ref
+    if ref is None or not math.isfinite(ref) or ref <= 0: return rec["grad_norm_median"]
+    if rec["grad_norm_max"] > spike * ref:
+        raise TrainError(f"step {rec['step']}: grad norm {rec['grad_norm_max']:.4g} is {rec['grad_norm_max'] / ref:.3g}× the "
+                         f"first log window's median {ref:.4g} (training.grad_spike={spike:g}): training diverged or the "
+                         "compiled model went wrong; stopped without writing a checkpoint. " + _last_good(run_dir, lr))
+    return ref
+
 @torch.no_grad()
 def _params_finite(model, ema) -> bool:
     "True when every weight (model and EMA) is finite: one device-to-host read, made only before a checkpoint."
     ts = [p for p in model.parameters()] + ([p for p in ema.module.parameters()] if ema is not None else [])
     return bool(torch.stack([torch.isfinite(t).all() for t in ts]).all().item())
+
+# %% ../nbs/05_train.ipynb #79fb557c
+def cuda_fast_paths(T, device) -> str:
+    "`training.fast_cuda` on a CUDA device: TF32 for fp32 matmuls (convolutions use TF32 by default) and, unless the run is deterministic, `cudnn.benchmark`."
+    if device.type != "cuda" or not OmegaConf.select(T, "fast_cuda", default=True): return ""
+    torch.set_float32_matmul_precision("high")
+    if not T.deterministic: torch.backends.cudnn.benchmark = True
+    return "tf32" + ("" if T.deterministic else " + cudnn.benchmark")
+
+def compile_wanted(T, device) -> bool:
+    "`training.compile`: true, false, or auto (on for CUDA only)."
+    return device.type == "cuda" if T.compile == "auto" else bool(T.compile)
+
+def compile_backend(name):
+    "A registered `torch.compile` backend name, or `module:function` naming a backend of your own."
+    if not isinstance(name, str) or ":" not in name: return name
+    import importlib
+    mod, _, fn = name.partition(":")
+    try: return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as e:
+        raise TrainError(f"training.compile_backend={name!r}: cannot import it ({type(e).__name__}: {e})") from None
+
+# %% ../nbs/05_train.ipynb #4250a535
+@dataclass
+class CompileCheck:
+    "The self-check's figures (eager, compiled) for the loss and the total gradient norm, averaged over ranks."
+    ok: bool
+    loss: tuple
+    grad_norm: tuple
+    rtol: float
+    err: float
+    def __str__(self):
+        return (f"loss {self.loss[1]:.6g} compiled vs {self.loss[0]:.6g} eager, grad norm {self.grad_norm[1]:.6g} vs "
+                f"{self.grad_norm[0]:.6g} (largest relative difference {self.err:.2g}, tolerance {self.rtol:g})")
+
+def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext, rtol=0.02, seed=0) -> CompileCheck:
+    """One forward/backward of `eager` and of `compiled` (wrappers of `model`: DDP, `torch.compile`) on the same batch,
+    weights and random draws; compares loss and total grad norm. Gradients are dropped after, weights, optimizer and
+    the run's RNG streams are untouched. Under DDP every rank must call it; all get the same verdict."""
+    g = torch.Generator(device=batch["action"].device); g.manual_seed(seed)
+    draws = model.draw(batch, g)
+    figs = []
+    for net in (eager, compiled):
+        with autocast(): loss = net(batch, **draws)
+        loss.backward()
+        figs += [loss.detach().double(), _grad_norm(list(model.parameters()), None).detach().double()]
+        model.zero_grad(set_to_none=True)
+    figs = torch.stack(figs)                            # loss eager, norm eager, loss compiled, norm compiled
+    err = torch.maximum((figs[2] - figs[0]).abs() / figs[0].abs().clamp_min(1e-12),
+                        (figs[3] - figs[1]).abs() / figs[1].abs().clamp_min(1e-12)).nan_to_num(float("inf")).reshape(1)
+    if dist.is_initialized():
+        dist.all_reduce(err, op=dist.ReduceOp.MAX); dist.all_reduce(figs); figs /= dist.get_world_size()
+    f, e = figs.tolist(), err.item()
+    return CompileCheck(e <= rtol, (f[0], f[2]), (f[1], f[3]), rtol, e)
+
+def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext, rtol=0.02, *, fallback=False,
+                    seed=0, verbose=True):
+    """`torch.compile(net, backend=backend)` once `compile_check` passes on `batch` → (the module to train, a note for
+    the banner). A mismatch raises `TrainError` naming both figures, or with `fallback` (compile: auto) returns `net`."""
+    compiled = torch.compile(net, backend=compile_backend(backend))   # after DDP: dynamo splits graphs at its buckets
+    chk = compile_check(model, net, compiled, batch, autocast, rtol, seed=seed)
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+    if chk.ok: return compiled, f"compiled ({name}; self-check passed: {chk})"
+    msg = f"training.compile: the compiled model disagrees with eager on the same batch, weights and noise: {chk}"
+    if not fallback:
+        raise TrainError(msg + "; it would not train as eager does. Use training.compile=false, or auto to fall back")
+    if verbose: print(msg + "; training eagerly (compile: auto)", flush=True)
+    return net, "eager (compile self-check failed)"
+
+def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision, is_main):
+    "`training.compile` for `train_worker`: the module to train and the banner's word on it."
+    T = cfg.training
+    if not compile_wanted(T, device): return net, "eager" + (" (compile auto: CUDA only)" if T.compile == "auto" else "")
+    rtol = T.compile_check_rtol if OmegaConf.select(T, "compile_check_rtol") is not None else (0.02 if precision == "fp32" else 0.1)
+    batch = _to(train_ds.__getitems__(list(range(min(len(train_ds), batch_size)))), device)   # the run's shapes: no recompile
+    return compile_checked(model, net, T.compile_backend, batch, autocast, rtol, fallback=T.compile == "auto",
+                            seed=int(T.seed), verbose=is_main)
 
 # %% ../nbs/05_train.ipynb #890bf854
 class Trackers:
@@ -355,7 +444,7 @@ def train_worker(cfg) -> dict:
     run_dir = _run_dir(cfg)
     if is_main: lock_run(run_dir)                # a second run into this folder is refused until this one ends
     resume = (run_dir / "checkpoints" / "latest").exists() if T.resume == "auto" else bool(T.resume)
-    step, epoch, skip_steps = 0, 0, 0
+    step, epoch, skip_steps, gref = 0, 0, 0, None   # gref: the first log window's median grad norm (training.grad_spike)
     if resume:
         where = latest_checkpoint(run_dir)
         ck = load_checkpoint(where)
@@ -374,6 +463,7 @@ def train_worker(cfg) -> dict:
         if scaler is not None and s.get("scaler"): scaler.load_state_dict(s["scaler"])
         step, epoch, skip_steps = int(s["step"]), int(s["epoch"]), int(s["step_in_epoch"])
         if ema is not None: ema.n_averaged = int(s["ema_n_averaged"])
+        gref = s.get("grad_norm_ref")
         if int(s["world_size"]) == world: gen.set_state(s["noise_rng"][rank])
         else: gen.manual_seed(T.seed * 1000 + rank + 7919 * step)   # new world size: fresh, still seeded, streams
         torch.set_rng_state(s["torch_rng"])
@@ -384,7 +474,8 @@ def train_worker(cfg) -> dict:
         bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
         net = DDP(net, device_ids=[device.index] if use_cuda else None, find_unused_parameters=cfg.ddp.find_unused_parameters,
                   bucket_cap_mb=cfg.ddp.bucket_cap_mb, **_buffer_sync(bn))
-    if T.compile: net = torch.compile(net, backend=T.compile_backend)   # after DDP, so dynamo splits graphs at DDP's buckets
+    fast = cuda_fast_paths(T, device)
+    net, compiled = _compile(cfg, model, net, train_ds, p.per_device_batch, device, autocast, precision, is_main)
 
     devices = [str(device)]
     if distributed: devices = [None] * world; dist.all_gather_object(devices, str(device))
@@ -394,13 +485,15 @@ def train_worker(cfg) -> dict:
             raise TrainError(f"{run_dir}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
         run_dir.mkdir(parents=True, exist_ok=True)
         meta = dict(world_size=world, devices=devices, backend=dist.get_backend() if distributed else None,
-                    plan=p.__dict__, precision=precision, versions=_versions(), resumed_from=step if resume else None)
+                    plan=p.__dict__, precision=precision, versions=_versions(), resumed_from=step if resume else None,
+                    compile=compiled, cuda_fast_paths=fast or None)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg) + "\n# run\n" + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
         log_f = open(run_dir / "logs.jsonl", "a", buffering=1)
         trackers = Trackers(cfg, run_dir, step + 1 if resume else None)
         print(f"dptoolkit train | world {world} | ranks 0-{world - 1} | device {device.type} | backend "
               f"{dist.get_backend() if distributed else 'none'} | batch {p.per_device_batch}/device × {world} × accum {p.grad_accum} "
-              f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision} | steps {step}→{total} | "
+              f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision}" + (f" + {fast}" if fast else "")
+              + f" | {compiled} | steps {step}→{total} | "
               f"{len(train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "") +
               f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "") + (f" ({ds.note})" if ds.note else "") +
               f", {steps_per_epoch} steps/epoch | run {run_dir}", flush=True)
@@ -419,13 +512,16 @@ def train_worker(cfg) -> dict:
         if is_main:
             state = dict(optimizer=opt.state_dict(), scheduler=sched.state_dict(), scaler=scaler.state_dict() if scaler else {},
                          step=step, epoch=epoch, step_in_epoch=step_in_epoch, world_size=world, noise_rng=states,
-                         torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0)
+                         torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0,
+                         grad_norm_ref=gref)
             _write_checkpoint(run_dir, step, model, ema, state, int(T.keep_checkpoints))
 
     # the loop
     stop = StopSignal(T.stop_signals)                          # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
     t_start = time.perf_counter(); t_win = t_start
-    win = torch.zeros(6, dtype=torch.float64, device=device)   # loss sum, grad-norm sum, data time, steps, stop votes, finite-loss steps
+    # loss sum, grad-norm sum, data time, steps, stop votes, finite-loss steps, grad-norm max, then each step's grad norm
+    win = torch.zeros(7 + int(T.log_every), dtype=torch.float64, device=device)
+    in_win = 0                                                  # optimizer steps in this log window (host count)
     data_wait = 0.0                                             # host seconds; joins `win` only at log steps
     last_log = None; step_in_epoch = skip_steps
     stopping = None
@@ -441,7 +537,7 @@ def train_worker(cfg) -> dict:
             sync = contextlib.nullcontext() if (last or not distributed) else net.no_sync()
             with sync:
                 with autocast():
-                    loss = net(batch, generator=gen) / p.grad_accum
+                    loss = net(batch, **model.draw(batch, gen)) / p.grad_accum   # random inputs drawn outside the compiled graph
                 (scaler.scale(loss) if scaler else loss).backward()
             loss_acc = loss_acc + loss.detach()
             if not last:
@@ -453,28 +549,34 @@ def train_worker(cfg) -> dict:
             opt.zero_grad(set_to_none=True); sched.step()
             if ema is not None: ema.update_parameters(model)
             step += 1; step_in_epoch += 1
-            win[0] += loss_acc; win[1] += gn.detach().double(); win[3] += 1; win[5] += torch.isfinite(loss_acc); loss_acc = 0.0
+            gn = gn.detach().double()
+            win[0] += loss_acc; win[1] += gn; win[3] += 1; win[5] += torch.isfinite(loss_acc); loss_acc = 0.0
+            win[6] = torch.maximum(win[6], gn); win[7 + in_win] = gn; in_win += 1
             val_due = bool(T.val_every) and step_in_epoch >= steps_per_epoch and (epoch + 1) % T.val_every == 0 and len(val_ds) > 0
             if step % T.log_every == 0 or step == total or val_due:
                 win[2] = data_wait; win[4] = float(stop.received is not None)
                 if distributed: dist.all_reduce(win)   # the one collective of a log step: metrics and stop votes together
-                if use_cuda: torch.cuda.synchronize()
+                w = win.tolist()                       # the one host read of a log step (waits for the queued work)
                 now = time.perf_counter()
-                n = max(win[3].item(), 1); wall = now - t_win
+                n = max(w[3], 1); wall = now - t_win
                 steps_in_win = n / world
-                rec = dict(step=step, epoch=epoch, loss=win[0].item() / n, lr=sched.get_last_lr()[0], grad_norm=win[1].item() / n,
+                norms = sorted(v / world for v in w[7:7 + in_win])
+                rec = dict(step=step, epoch=epoch, loss=w[0] / n, lr=sched.get_last_lr()[0], grad_norm=w[1] / n,
+                           grad_norm_max=w[6] / world, grad_norm_median=norms[len(norms) // 2] if norms else None,
                            world_size=world, global_batch=p.effective_batch, samples_per_s=p.effective_batch * steps_in_win / wall,
-                           steps_per_s=steps_in_win / wall, step_time_s=wall / steps_in_win, data_time_s=win[2].item() / n,
-                           compute_time_s=max(0.0, wall / steps_in_win - win[2].item() / n), wall_s=now - t_start, time=time.time())
+                           steps_per_s=steps_in_win / wall, step_time_s=wall / steps_in_win, data_time_s=w[2] / n,
+                           compute_time_s=max(0.0, wall / steps_in_win - w[2] / n), wall_s=now - t_start, time=time.time())
                 if is_main:
                     if val_due:   # validation time is kept out of both timing windows
                         rec["val_loss"] = _val_loss(ema.module if ema is not None else model, val_ds, p.per_device_batch, device, autocast, T.seed)
                     log_f.write(strict_json(rec) + "\n"); trackers.log(rec)
                     if not progress(step=step, total=total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
                         print(f"step {step}/{total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
-                if T.on_nonfinite == "stop": _check_finite(rec, win[5].item(), scaler is not None, run_dir, p.lr)
-                if win[4].item() > 0: stopping = stop.received or "a signal on another rank"   # every rank agrees on this step
-                last_log = rec; win.zero_(); data_wait = 0.0; t_win = time.perf_counter()
+                if T.on_nonfinite == "stop":
+                    _check_finite(rec, w[5], scaler is not None, run_dir, p.lr)
+                    gref = _check_spike(rec, gref, OmegaConf.select(T, "grad_spike", default=None), run_dir, p.lr)
+                if w[4] > 0: stopping = stop.received or "a signal on another rank"   # every rank agrees on this step
+                last_log = rec; win.zero_(); in_win = 0; data_wait = 0.0; t_win = time.perf_counter()
             if T.checkpoint_every and step % T.checkpoint_every == 0 and step < total: save()
             if step >= total or step_in_epoch >= steps_per_epoch or stopping: break
             t_data = time.perf_counter()
