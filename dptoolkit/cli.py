@@ -11,8 +11,8 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 
 # %% auto #0
 __all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config', 'cmd_train',
-           'cmd_report', 'cmd_eval', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo',
-           'build_parser', 'main', 'threading_main']
+           'run_folders', 'cmd_report', 'cmd_eval', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo',
+           'cmd_demo', 'build_parser', 'main', 'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -118,16 +118,31 @@ def cmd_train(a):
     res = train(cfg, nprocs=a.nprocs, gpu_ids=a.gpu_ids, backend=a.backend, progress=not a.no_progress)
     print(json.dumps(res.metrics, default=str))
 
+def run_folders(paths) -> list:
+    "Run folders from paths: a run folder itself, or every run folder (one with logs.jsonl) found below a folder."
+    out = []
+    for p in map(Path, paths):
+        found = [p] if (p / "logs.jsonl").exists() else sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
+        if not found: raise CLIError(f"{p}: no logs.jsonl in it or below it (is this a run folder, or a folder of runs?)")
+        out += found
+    return out
+
 def cmd_report(a):
     from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt
-    s = summarize(a.runs, warmup=a.warmup)
-    cols = ["run", "world_size", "per_device_batch", "global_batch", "steps", "samples_per_s", "speedup", "efficiency", "data_share", "final_loss"]
+    runs = run_folders(a.runs)
+    s = summarize(runs, warmup=a.warmup if a.warmup == "auto" else int(a.warmup), combine=a.combine, target=a.target)
+    cols = ["run", "world_size", "per_device_batch", "global_batch", "steps", "samples_per_s", "samples_per_s_iqr",
+            "speedup", "efficiency", "data_share", "final_loss"]
+    if s["time_to_val_loss"].notna().any(): cols += ["time_to_val_loss", "time_to_val_loss_speedup"]
     if a.json: print(s.to_json(orient="records", indent=1))
-    else: print(s[cols].to_string(index=False, float_format=plain))
+    else:
+        print(s[cols].to_string(index=False, float_format=plain))
+        if s.attrs.get("val_loss_target") is not None: print(f"time_to_val_loss: training seconds to val_loss ≤ {plain(s.attrs['val_loss_target'])}")
+        for r in s[s["flag"].astype(bool)].itertuples(): print(f"{r.run}: not to be trusted: {r.flag}")
     if a.output:
         plt = _plt()
         fig, axs = plt.subplots(1, 4, figsize=(17, 3.4))
-        plot_throughput(s, ax=axs[0]); plot_speedup(s, ax=axs[1]); plot_loss(a.runs, ax=axs[2:])
+        plot_throughput(s, ax=axs[0]); plot_speedup(s, ax=axs[1]); plot_loss(runs, ax=axs[2:])
         fig.tight_layout(); Path(a.output).parent.mkdir(parents=True, exist_ok=True); fig.savefig(a.output, dpi=110)
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
@@ -173,14 +188,15 @@ def bundled_data() -> Path | None:
 DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8", "policy.prediction_type=sample"]
 
 def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
-         progress: bool = True, batch: int = 16) -> dict:
-    """Merge → inspect → config + plan → train on N processes → time 1 process → speed-up table and figures →
-    offline evaluation of the trained policy. Returns the paths, the summary and the evaluation."""
+         progress: bool = True, batch: int = 16, timing_steps: int = 60, repeats: int = 2) -> dict:
+    """Merge → inspect → config + plan → train on N processes → time 1 and N processes (interleaved repeats) →
+    speed-up table and figures → offline evaluation of the trained policy. Returns the paths, the summary and the
+    evaluation."""
     import shutil
     from dptoolkit.store import sample_data, episodes
     from dptoolkit.merge import merge
     from dptoolkit.config import for_store, select_config, plan, resolve_devices
-    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt, read_log
+    from dptoolkit.report import summarize, sweep, plot_throughput, plot_speedup, plot_loss, _plt, read_log
     from dptoolkit.train import train
     from dptoolkit.evaluate import evaluate
     out = Path(out).absolute()
@@ -212,27 +228,32 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     print(dev.note or f"GPUs {dev.ids} with {dev.backend}")
     base = [f"dataloader.batch_size={batch}", "scaling.keep_effective_batch_size=false", "task.dataset.val_ratio=0.15"]
     base += DEMO_MODEL if small else []
-    runs_cfg = []   # (world size, steps): the parallel run learns; the 1-process run is a shorter timing baseline
-    for ws, k in ([(n, steps), (1, max(20, steps // 5))] if n > 1 else [(1, steps)]):
-        runs_cfg.append((ws, k, for_store(out / "merged.zarr", base + [f"training.max_steps={k}", f"training.log_every={max(1, k // 10)}",
-                                                                       f"training.checkpoint_every={k // 2}"], name=config)))
-    for ws, _, c in runs_cfg: print(plan(c, ws))
-    runs = []
-    for i, (ws, k, c) in enumerate(runs_cfg):
-        what = f"train {k} steps on {ws} process{'es' if ws > 1 else ''}" + (" (the speed-up baseline)" if i else "")
-        step(3 + i, what)
-        r = train(c, nprocs=ws, gpu_ids=dev.ids[:ws] if dev.kind == "cuda" else None, run_dir=out / f"run_{ws}proc", progress=progress)
-        lg = read_log(r.run_dir)["loss"]
-        print(f"loss {lg.iloc[0]:.3f} → {lg.iloc[-1]:.3f} (first and last logged), {plain(r.metrics['samples_per_s'])} samples/s, "
-              f"{r.metrics['wall_s']:.1f} s")
-        runs.append(r.run_dir)
-    step(3 + len(runs), "report from the rank-0 logs")
-    s = summarize(runs)
-    print(s[["world_size", "per_device_batch", "global_batch", "samples_per_s", "speedup", "efficiency", "data_share"]]
-          .to_string(index=False, float_format=plain))
-    if dev.kind == "cpu":
-        print("(CPU processes share this machine's cores, so CPU speed-up says little; on GPUs each rank has its own device)")
-    step(4 + len(runs), f"evaluate the {runs_cfg[0][0]}-process run's policy on its held-out episodes")
+    cfg = for_store(out / "merged.zarr", base + [f"training.max_steps={steps}", f"training.log_every={max(1, steps // 10)}",
+                                                 f"training.checkpoint_every={steps // 2}"], name=config)
+    print(plan(cfg, n))
+    step(3, f"train {steps} steps on {n} process{'es' if n > 1 else ''}")
+    gpus = lambda ws: dev.ids[:ws] if dev.kind == "cuda" else None
+    r = train(cfg, nprocs=n, gpu_ids=gpus(n), run_dir=out / f"run_{n}proc", progress=progress)
+    lg = read_log(r.run_dir)["loss"]
+    print(f"loss {lg.iloc[0]:.3f} → {lg.iloc[-1]:.3f} (first and last logged), {plain(r.metrics['samples_per_s'])} samples/s, "
+          f"{r.metrics['wall_s']:.1f} s")
+    runs = [r.run_dir]
+    if n > 1:   # timing: short runs at 1 and n processes, interleaved and repeated, so a busy spell hits both alike
+        step(4, f"time 1 and {n} processes: {timing_steps} steps each, {repeats} interleaved repeats")
+        s = sweep(cfg, world_sizes=(1, n), steps=timing_steps, repeats=repeats, out_dir=out / "speedup", progress=False,
+                  **({"gpu_ids": dev.ids[:n]} if dev.kind == "cuda" else {}))
+        step(5, "report from the rank-0 logs")
+        print(s[["world_size", "per_device_batch", "global_batch", "samples_per_s", "samples_per_s_iqr", "speedup",
+                 "efficiency", "data_share"]].to_string(index=False, float_format=plain))
+        for row in s[s["flag"].astype(bool)].itertuples():
+            print(f"world size {row.world_size}: not to be trusted: {row.flag}")
+        if dev.kind == "cpu":
+            print(f"(timed with {int(s['threads'].iloc[-1] or 1)} torch thread per CPU process, like one device per rank: "
+                  f"the report chapter's thread policy; CPU processes share this machine's cores, so CPU speed-up says "
+                  f"little about GPUs, where each rank has its own device)")
+    else:
+        s = summarize(runs)
+    step(6 if n > 1 else 4, f"evaluate the {n}-process run's policy on its held-out episodes")
     ev = evaluate(runs[0], progress=progress)
     print(ev.summary())
     pm, hm, mm = (ev.metrics.loc[k, "mse"] for k in ("policy", "hold", "mean"))
@@ -247,6 +268,10 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     (out / "summary.csv").write_text(s.to_csv(index=False))
     (out / "eval.json").write_text(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
     print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values()) + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
+    print("\nnext steps:\n"
+          "  your own stores:   dpt inspect STORE.zarr, then dpt train --data STORE.zarr --nprocs N (or dpt merge A B -o AB first)\n"
+          "  the walkthrough:   jupyter lab nbs/09_walkthrough.ipynb (six tasks to a speed-up table, from notebook cells)\n"
+          "  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an sbatch script; --submit sends it)")
     return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
 
 def cmd_demo(a):
@@ -300,7 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE"); t.set_defaults(fn=cmd_train)
     r = sub.add_parser("report", help="throughput / speed-up table and figures from run folders")
     r.add_argument("runs", nargs="+"); r.add_argument("-o", "--output", help="figure file (PNG)")
-    r.add_argument("--json", action="store_true"); r.add_argument("--warmup", type=int, default=1)
+    r.add_argument("--json", action="store_true", help="print the table as JSON records (every column)")
+    r.add_argument("--warmup", default="auto", help="optimizer steps left out of the timing, or auto: the first log window "
+                   "and any slow start after it (default)")
+    r.add_argument("--combine", action="store_true", help="pool repeated runs of one world size into one row (sweep(..., repeats=))")
+    r.add_argument("--target", type=float, help="validation loss for time_to_val_loss (default: the best every run reached)")
     r.set_defaults(fn=cmd_report)
     ev = sub.add_parser("eval", help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes")
     ev.add_argument("run"); ev.add_argument("--data", help="store to evaluate on (default: the run's own)")

@@ -58,7 +58,7 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_pr
             "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"), "policy.prediction_type": ("epsilon", "sample"),
             "logging.wandb.mode": ("online", "offline", "disabled"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device")}
-_AUTO_OR_INT = ("dataloader.num_workers",)      # "auto" or a count
+_AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
 _TRISTATE = ("training.resume", "training.compile")   # true | false | auto
 
 def _all_keys(cfg, prefix=""):

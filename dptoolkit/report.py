@@ -11,12 +11,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .launch import launch
-from .train import train
-
 # %% auto #0
-__all__ = ['SEED_TABLE', 'ReportError', 'plain', 'read_log', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'sweep',
-           'watch']
+__all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'ReportError', 'plain', 'read_log', 'steady',
+           'contention', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'sweep', 'watch',
+           'compare_scaling', 'plot_scaling']
 
 # %% ../nbs/07_report.ipynb #863ba94d
 class ReportError(ValueError):
@@ -66,34 +64,138 @@ def _cfg_signature(meta):
     return json.dumps(dict(name=meta.get("name"), policy=pol, horizon=meta.get("horizon"), data=ds.get("zarr_path"),
                            keys=ds.get("obs_keys")), sort_keys=True, default=str)
 
-def summarize(run_dirs, warmup: int = 1) -> pd.DataFrame:
-    "One row per run: world size, steady-state samples/s (median, spread), step-time split, speed-up and efficiency."
-    rows, sigs = [], {}
+def steady(df: pd.DataFrame, warmup="auto") -> pd.DataFrame:
+    """The steady-state log windows of a run. `warmup` in optimizer steps (windows ending at or before it are dropped),
+    or `auto`: drop the first window (start-up: DDP construction, first-touch allocations, compilation), then leading
+    windows slower than 0.8× the median of the rest, up to a third of them. At least one window is kept."""
+    if warmup != "auto":
+        keep = df[df["step"] > int(warmup)]
+        if keep.empty: raise ReportError(f"{df.attrs.get('run_dir', 'run')}: warmup={warmup} steps leaves no log window "
+                                         f"(the run logged steps {int(df['step'].iloc[0])}–{int(df['step'].iloc[-1])})")
+        return keep
+    s, i = df["samples_per_s"].to_numpy(dtype=float), min(1, len(df) - 1)
+    while i < len(df) // 3 and s[i] < 0.8 * np.nanmedian(s[i + 1:]): i += 1
+    return df.iloc[i:]
+
+CONTENDED_CPU_SHARE = 0.7   # a CPU rank below this share of its threads' time was starved (quiet runs here: 0.82-1.0)
+CONTENDED_LOAD = 1.5        # 1-minute load average per core
+NOISY_SPREAD = 0.3          # interquartile range / median of the windows' samples/s
+
+def contention(st: pd.DataFrame, meta: dict) -> str:
+    "Why a run's timing cannot be trusted, from its steady windows ('' when nothing says so)."
+    why = []
+    devices = (meta.get("run") or {}).get("devices") or ["cpu"]
+    if "cpu_share" in st and all(str(d).startswith("cpu") for d in devices) and st["cpu_share"].notna().any():
+        share = float(st["cpu_share"].median())
+        if share < CONTENDED_CPU_SHARE:
+            r = int(st["cpu_share_rank"].mode().iloc[0]) if "cpu_share_rank" in st else 0
+            th = int(st["threads"].iloc[-1]) if "threads" in st else 1
+            why.append(f"rank {r} ran {share:.0%} of its {th} thread(s)' time")
+    if "load" in st and st["load"].notna().any() and st["load"].max() > CONTENDED_LOAD:
+        why.append(f"machine load {st['load'].max():.1f}× its cores")
+    q1, med, q3 = st["samples_per_s"].quantile([0.25, 0.5, 0.75])
+    if len(st) >= 3 and med > 0 and (q3 - q1) / med > NOISY_SPREAD:
+        why.append(f"throughput spread ±{(q3 - q1) / med / 2:.0%}")
+    return "; ".join(why)
+
+def _time_to(df, col, target, better=min):
+    "Training seconds (`train_s`, else `wall_s`) at the first log line whose `col` reaches `target`."
+    if col not in df or target is None or not df[col].notna().any(): return np.nan
+    hit = df[(df[col] <= target) if better is min else (df[col] >= target)]
+    if hit.empty: return np.nan
+    t = "train_s" if "train_s" in df and df["train_s"].notna().all() else "wall_s"
+    return float(hit[t].iloc[0]) if t in hit else np.nan
+
+# %% ../nbs/07_report.ipynb #a1c0ffee
+def _run_row(rd, warmup):
+    df = read_log(rd); meta = _run_meta(rd)
+    if "samples_per_s" not in df or df["samples_per_s"].isna().all(): raise ReportError(f"{rd}: log has no samples_per_s values")
+    st = steady(df, warmup)
+    run = meta.get("run", {})
+    ws = int(df["world_size"].iloc[-1]) if "world_size" in df else int(run.get("world_size", 1))
+    per = (run.get("plan") or {}).get("per_device_batch") or (int(df["global_batch"].iloc[-1]) // ws if "global_batch" in df else 0)
+    med = lambda c: float(st[c].median()) if c in st else np.nan
+    row = dict(run=Path(rd).name, world_size=ws, devices=",".join(run.get("devices") or []) or None, per_device_batch=per,
+               global_batch=int(df["global_batch"].iloc[-1]) if "global_batch" in df else None,
+               lr=float(df["lr"].max()) if "lr" in df else np.nan, steps=int(df["step"].iloc[-1]),
+               step_time_s=med("step_time_s"), data_time_s=med("data_time_s"), cpu_share=med("cpu_share"),
+               threads=int(df["threads"].iloc[-1]) if "threads" in df and df["threads"].notna().any() else None,
+               final_loss=float(df["loss"].iloc[-1]) if "loss" in df else np.nan,
+               best_val_loss=float(df["val_loss"].min()) if "val_loss" in df and df["val_loss"].notna().any() else np.nan,
+               run_dir=str(rd))
+    row["data_share"] = row["data_time_s"] / row["step_time_s"] if row["step_time_s"] else np.nan
+    row["contended_reason"] = contention(st, meta)
+    return row, st["samples_per_s"].to_numpy(dtype=float), df, _cfg_signature(meta)
+
+def _throughput(row, sps):
+    q1, med, q3 = np.percentile(sps, [25, 50, 75])
+    row.update(samples_per_s=float(med), samples_per_s_low=float(q1), samples_per_s_high=float(q3),
+               samples_per_s_iqr=float(q3 - q1), windows=len(sps))
+
+def _speedups(out):
+    "Speed-up and efficiency against the 1-process row of the same per-device batch, as a median and a low-high range."
+    for c in ("speedup", "speedup_low", "speedup_high", "efficiency", "time_to_val_loss_speedup"): out[c] = np.nan
+    out["flag"] = ""
+    for i, r in out.iterrows():
+        base = out[(out.world_size == 1) & (out.per_device_batch == r.per_device_batch)]
+        if base.empty: continue
+        b = base.sort_values("contended").iloc[0]
+        out.loc[i, ["speedup", "speedup_low", "speedup_high"]] = (r.samples_per_s / b.samples_per_s,
+                                                                  r.samples_per_s_low / b.samples_per_s_high,
+                                                                  r.samples_per_s_high / b.samples_per_s_low)
+        out.loc[i, "efficiency"] = out.loc[i, "speedup"] / r.world_size
+        if np.isfinite(b.time_to_val_loss) and np.isfinite(r.time_to_val_loss) and r.time_to_val_loss > 0:
+            out.loc[i, "time_to_val_loss_speedup"] = b.time_to_val_loss / r.time_to_val_loss
+        flags = []
+        if r.contended: flags.append(f"contended: {r.contended_reason}")
+        elif b.contended and r.world_size > 1: flags.append(f"baseline contended: {b.contended_reason}")
+        if r.world_size > 1 and out.loc[i, "efficiency"] > 1.05:
+            flags.append(f"efficiency {out.loc[i, 'efficiency']:.2f} > 1.05 is implausible")
+        if r.world_size > 1 and out.loc[i, "speedup_low"] <= 1 <= out.loc[i, "speedup_high"]:
+            flags.append("throughput ranges overlap the baseline's: speed-up not resolved")
+        out.loc[i, "flag"] = "; ".join(flags)
+    return out
+
+def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | None = None) -> pd.DataFrame:
+    """One row per run (or, with `combine`, per world size and per-device batch over repeated runs): steady-state samples/s
+    (median, `_low`/`_high` quartiles, `_iqr`), step-time split, `contended` with its reason, speed-up and efficiency with
+    their range, a `flag` saying why a figure should not be trusted, and time to reach validation loss `target` (default:
+    the best validation loss every run reached) with its speed-up. `warmup`: steps, or `auto` (see `steady`)."""
+    rows, sigs, logs = [], {}, {}
     for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
-        df = read_log(rd); meta = _run_meta(rd)
-        if "samples_per_s" not in df or df["samples_per_s"].isna().all(): raise ReportError(f"{rd}: log has no samples_per_s values")
-        steady = df.iloc[warmup:] if len(df) > warmup else df
-        run = meta.get("run", {})
-        ws = int(df["world_size"].iloc[-1]) if "world_size" in df else int(run.get("world_size", 1))
-        per = (run.get("plan") or {}).get("per_device_batch") or (int(df["global_batch"].iloc[-1]) // ws if "global_batch" in df else 0)
-        sps = steady["samples_per_s"] if "samples_per_s" in steady else pd.Series(dtype=float)
-        if sps.empty or sps.isna().all(): raise ReportError(f"{rd}: log has no samples_per_s values")
-        sigs.setdefault(_cfg_signature(meta), []).append(str(rd))
-        st = steady.get("step_time_s", pd.Series([np.nan])).median(); dt = steady.get("data_time_s", pd.Series([np.nan])).median()
-        rows.append(dict(run=Path(rd).name, world_size=ws, devices=",".join(run.get("devices") or []) or None,
-                         per_device_batch=per, global_batch=int(df["global_batch"].iloc[-1]) if "global_batch" in df else None,
-                         steps=int(df["step"].iloc[-1]), samples_per_s=float(sps.median()),
-                         samples_per_s_iqr=float(sps.quantile(0.75) - sps.quantile(0.25)),
-                         steps_per_s=float(steady["steps_per_s"].median()) if "steps_per_s" in steady else float(sps.median()) / per / ws,
-                         step_time_s=float(st), data_time_s=float(dt), data_share=float(dt / st) if st and st == st else np.nan,
-                         final_loss=float(df["loss"].iloc[-1]) if "loss" in df else np.nan, run_dir=str(rd)))
+        row, sps, df, sig = _run_row(rd, warmup)
+        sigs.setdefault(sig, []).append(str(rd)); logs[str(rd)] = df
+        rows.append((row, sps))
     if len(sigs) > 1:
         groups = "; ".join(f"{', '.join(Path(r).name for r in v)}" for v in sigs.values())
         raise ReportError(f"runs differ in model or data and cannot be compared: {groups}")
-    out = pd.DataFrame(rows).sort_values(["per_device_batch", "world_size"]).reset_index(drop=True)
-    base = out[out.world_size == 1].groupby("per_device_batch")["samples_per_s"].first()
-    out["speedup"] = [r.samples_per_s / base[r.per_device_batch] if r.per_device_batch in base.index else np.nan for r in out.itertuples()]
-    out["efficiency"] = out["speedup"] / out["world_size"]
+    if target is None:   # the best validation loss that every run reached
+        bests = [r["best_val_loss"] for r, _ in rows]
+        target = max(bests) if bests and all(np.isfinite(bests)) else None
+    for r, sps in rows:
+        r["time_to_val_loss"] = _time_to(logs[r["run_dir"]], "val_loss", target)
+        r["contended"] = bool(r["contended_reason"])
+    if combine: rows = _combine(rows)
+    for r, sps in rows: _throughput(r, sps)
+    out = pd.DataFrame([r for r, _ in rows]).sort_values(["per_device_batch", "world_size"]).reset_index(drop=True)
+    out = _speedups(out)
+    out.attrs["val_loss_target"] = target
+    return out
+
+def _combine(rows):
+    "Pool the steady windows of repeated runs (same world size and per-device batch), leaving out contended repeats when a quiet one exists."
+    groups = {}
+    for r, sps in rows: groups.setdefault((r["world_size"], r["per_device_batch"]), []).append((r, sps))
+    out = []
+    for reps in groups.values():
+        quiet = [x for x in reps if not x[0]["contended"]]
+        use = quiet or reps
+        r = dict(use[0][0]); num = ("step_time_s", "data_time_s", "data_share", "cpu_share", "final_loss", "time_to_val_loss")
+        for c in num: r[c] = float(np.nanmedian([x[0][c] for x in use])) if any(np.isfinite(x[0][c]) for x in use) else np.nan
+        r.update(run=",".join(x[0]["run"] for x in use), run_dir=",".join(x[0]["run_dir"] for x in use), repeats=len(reps),
+                 repeats_used=len(use), contended=not quiet,
+                 contended_reason="" if quiet else f"all {len(reps)} repeats, e.g. {reps[0][0]['contended_reason']}")
+        out.append((r, np.concatenate([x[1] for x in use])))
     return out
 
 # %% ../nbs/07_report.ipynb #233b1440
@@ -109,18 +211,29 @@ def _in_notebook():
         return get_ipython() is not None and "IPKernelApp" in get_ipython().config
     except Exception: return False
 
+def _yerr(g, col):
+    "Asymmetric error bars from a summary's `col_low` / `col_high` (zero where absent)."
+    lo, hi = (g.get(f"{col}_low"), g.get(f"{col}_high"))
+    if lo is None or hi is None: return None
+    return np.vstack([(g[col] - lo).clip(lower=0).fillna(0), (hi - g[col]).clip(lower=0).fillna(0)])
+
 def plot_throughput(summary: pd.DataFrame, ax=None):
-    "Samples/s against world size (median, with the inter-quartile spread as error bars)."
+    "Samples/s against world size: median, interquartile range as error bars; contended runs hollow and labelled."
     plt = _plt()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(4.5, 3.2))
     for per, g in summary.groupby("per_device_batch"):
-        ax.errorbar(g["world_size"], g["samples_per_s"], yerr=g["samples_per_s_iqr"] / 2, marker="o", capsize=3, label=f"{per}/device")
+        eb = ax.errorbar(g["world_size"], g["samples_per_s"], yerr=_yerr(g, "samples_per_s"), marker="o", capsize=3, label=f"{per}/device")
+        bad = g[g["contended"]] if "contended" in g else g.iloc[:0]
+        if len(bad):
+            ax.plot(bad["world_size"], bad["samples_per_s"], "o", mfc="white", color=eb[0].get_color(), ms=9, label="contended")
+            for r in bad.itertuples(): ax.annotate("contended", (r.world_size, r.samples_per_s), fontsize=7, xytext=(4, -10), textcoords="offset points")
     ax.set_xlabel("processes (world size)"); ax.set_ylabel("samples / s"); ax.set_title("throughput")
     ax.set_xticks(sorted(summary["world_size"].unique())); ax.grid(alpha=.3); ax.legend(fontsize=8)
     fig.tight_layout(); return fig
 
 def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_TABLE):
-    "Measured speed-up against world size, with the ideal linear line and the guides' quoted table as reference."
+    """Measured speed-up against world size with its range, the ideal line and the guides' quoted table; time-to-quality
+    speed-up (time to the validation-loss target) beside it when the runs have one. Flagged points are crossed out."""
     plt = _plt()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(4.5, 3.2))
     top = max(int(summary["world_size"].max()), 2)
@@ -129,9 +242,15 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
         ref = {k: v for k, v in reference.items() if k <= max(top, 8)}
         ax.plot(list(ref), list(ref.values()), "s", color="0.6", label="quoted in guides")
     for per, g in summary.dropna(subset=["speedup"]).groupby("per_device_batch"):
-        ax.plot(g["world_size"], g["speedup"], "o-", label=f"measured, {per}/device")
+        eb = ax.errorbar(g["world_size"], g["speedup"], yerr=_yerr(g, "speedup"), fmt="o-", capsize=3, label=f"throughput, {per}/device")
+        bad = g[g["flag"].astype(bool)] if "flag" in g else g.iloc[:0]
+        if len(bad):
+            ax.plot(bad["world_size"], bad["speedup"], "x", color="red", ms=10, mew=2, label="flagged (see table)")
+        if "time_to_val_loss_speedup" in g and g["time_to_val_loss_speedup"].notna().any():
+            t = g.dropna(subset=["time_to_val_loss_speedup"])
+            ax.plot(t["world_size"], t["time_to_val_loss_speedup"], "^:", color=eb[0].get_color(), label=f"time to val loss, {per}/device")
     ax.set_xlabel("processes (world size)"); ax.set_ylabel("speed-up vs 1 process"); ax.set_title("speed-up")
-    ax.grid(alpha=.3); ax.legend(fontsize=8); fig.tight_layout(); return fig
+    ax.grid(alpha=.3); ax.legend(fontsize=7); fig.tight_layout(); return fig
 
 def plot_loss(run_dirs, ax=None):
     "Loss against step and against wall-clock seconds for several runs; validation points where the log has them."
@@ -151,21 +270,32 @@ def plot_loss(run_dirs, ax=None):
     fig.tight_layout(); return fig
 
 # %% ../nbs/07_report.ipynb #e444dfa3
-def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_batch: int | None = None,
-          progress: bool = True, **train_kw) -> pd.DataFrame:
-    "Train `steps` steps at each world size with the same per-device batch; returns `summarize` of the runs."
+def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_batch: int | None = None, repeats: int = 1,
+          overrides=(), combine: bool = True, target: float | None = None, cpu_threads=1, progress: bool = True,
+          **train_kw) -> pd.DataFrame:
+    """Train `steps` steps at each world size with the same per-device batch, `repeats` times, interleaved (1, 2, 1, 2, ...:
+    a busy spell on the machine hits every world size alike); returns `summarize` of the runs, repeats pooled when
+    `combine` (contended repeats left out when a quiet one exists). `overrides`: dotlist settings for every run.
+    `cpu_threads`: torch threads per CPU rank (1, like one device per rank: see the thread policy above; `auto` splits
+    the cores over the ranks)."""
     from omegaconf import OmegaConf
+    from dptoolkit.config import apply_overrides
+    from dptoolkit.train import train
     out_dir = Path(out_dir or Path(cfg.logging.out_dir) / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     per = per_device_batch or int(cfg.dataloader.batch_size)
     runs = []
-    for ws in world_sizes:
-        rd = out_dir / f"world{ws}"
-        c = OmegaConf.create(OmegaConf.to_container(cfg))
-        c.dataloader.batch_size = per; c.scaling.keep_effective_batch_size = False; c.scaling.lr_scaling = "none"
-        c.training.max_steps = steps; c.training.checkpoint_every = 0; c.training.log_every = max(1, steps // 6)
-        train(c, nprocs=ws, run_dir=rd, progress=progress, **train_kw)
-        runs.append(rd)
-    return summarize(runs)
+    for rep in range(repeats):
+        for ws in world_sizes:
+            rd = out_dir / (f"world{ws}" if repeats == 1 else f"world{ws}-{rep + 1}")
+            c = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(c, True)
+            c.dataloader.batch_size = per; c.scaling.keep_effective_batch_size = False; c.scaling.lr_scaling = "none"
+            c.training.max_steps = steps; c.training.checkpoint_every = 0; c.training.log_every = max(1, steps // 10)
+            apply_overrides(c, [f"training.cpu_threads={cpu_threads}", *overrides])
+            kw = dict(train_kw)
+            if kw.get("gpu_ids") is not None: kw["gpu_ids"] = list(kw["gpu_ids"])[:ws]   # the first ws of the GPUs given
+            train(c, nprocs=ws, run_dir=rd, progress=progress, **kw)
+            runs.append(rd)
+    return summarize(runs, combine=combine, target=target)
 
 # %% ../nbs/07_report.ipynb #0dcb19b4
 def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int | None = None, until=None):
@@ -186,3 +316,43 @@ def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int |
         n += 1
         if done or time.time() - t0 > timeout or (max_updates and n >= max_updates): return df
         time.sleep(every)
+
+# %% ../nbs/07_report.ipynb #ff94d753
+def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), accum=(1, 2), steps: int = 200,
+                    out_dir=None, target: float | None = None, cpu_threads=1, progress: bool = False, **train_kw) -> pd.DataFrame:
+    """Speed-up at equal quality for `plan()`'s learning-rate rules: one 1-process run, then `world_size` processes with
+    each rule in `rules` and each gradient accumulation in `accum` (accumulation stands in for more devices: world 2 ×
+    accum 2 trains with the batch of 4), all validating every epoch. Returns `summarize` of the runs with `rule`,
+    `accum`, `effective_batch` and `lr` columns: throughput speed-up beside `time_to_val_loss_speedup`."""
+    from omegaconf import OmegaConf
+    from dptoolkit.config import apply_overrides, plan
+    from dptoolkit.train import train
+    out_dir = Path(out_dir or Path(cfg.logging.out_dir) / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}")
+    grid = [(1, 1, "none")] + [(world_size, a, r) for a in accum for r in rules]
+    runs, meta = [], {}
+    for ws, a, rule in grid:
+        c = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(c, True)
+        apply_overrides(c, [f"scaling.keep_effective_batch_size=false", f"scaling.lr_scaling={rule}",
+                            f"training.gradient_accumulate_every={a}", f"training.max_steps={steps}", "training.val_every=1",
+                            "training.checkpoint_every=0", f"training.log_every={max(1, steps // 20)}",
+                            f"training.cpu_threads={cpu_threads}"])
+        rd = out_dir / f"world{ws}-accum{a}-{rule}"
+        p = plan(c, ws)
+        train(c, nprocs=ws, run_dir=rd, progress=progress, **train_kw)
+        runs.append(rd); meta[rd.name] = dict(rule=rule, accum=a, effective_batch=p.effective_batch, lr_scaled=p.lr)
+    s = summarize(runs, target=target)
+    for k in ("rule", "accum", "effective_batch", "lr_scaled"): s[k] = [meta[r][k] for r in s["run"]]
+    return s
+
+def plot_scaling(s: pd.DataFrame, ax=None):
+    "Throughput speed-up beside time-to-quality speed-up for each learning-rate rule and accumulation (`compare_scaling`)."
+    plt = _plt()
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.2))
+    rows = s[s.world_size > 1].reset_index(drop=True)
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, rows["speedup"], 0.4, label="throughput (samples/s)")
+    ax.bar(x + 0.2, rows["time_to_val_loss_speedup"].fillna(0), 0.4, label="time to val loss")
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xticks(x, [f"{r.rule}\n×{r.world_size}·accum {r.accum}" for r in rows.itertuples()], fontsize=7)
+    ax.set_ylabel("speed-up vs 1 process"); ax.set_title(f"speed-up at equal quality (val loss ≤ {plain(s.attrs.get('val_loss_target'))})", fontsize=9)
+    ax.legend(fontsize=7); ax.grid(alpha=.3, axis="y"); fig.tight_layout(); return fig

@@ -24,10 +24,10 @@ from .policy import DiffusionPolicy
 from .store import describe
 
 # %% auto #0
-__all__ = ['TrainError', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'check_store_shapes',
-           'load_weights', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted', 'compile_backend',
-           'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'lock_run', 'unlock_run', 'train_worker',
-           'RunResult', 'BackgroundRun', 'train']
+__all__ = ['TrainError', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'cpu_threads',
+           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
+           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'lock_run', 'unlock_run',
+           'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
 class TrainError(RuntimeError):
@@ -135,6 +135,17 @@ def load_checkpoint(path) -> dict:
     return out
 
 # %% ../nbs/05_train.ipynb #0c42001f
+def _cores() -> int:
+    "CPU cores this process may run on (its affinity mask: a Slurm allocation or taskset, not the whole host)."
+    try: return len(os.sched_getaffinity(0))
+    except AttributeError: return os.cpu_count() or 1
+
+def cpu_threads(T, local_ranks: int) -> int:
+    """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores split over its
+    `local_ranks` ranks, so a 1-process baseline and an N-process run use the same total threads (the report chapter)."""
+    n = OmegaConf.select(T, "cpu_threads", default="auto")
+    return max(1, _cores() // max(1, local_ranks)) if n in (None, "auto") else max(1, int(n))
+
 def _rank_env():
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
@@ -410,7 +421,7 @@ def train_worker(cfg) -> dict:
                                 device_id=device if use_cuda else None)
     is_main = rank == 0
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:   # CPU ranks share the cores: don't oversubscribe
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+        torch.set_num_threads(cpu_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
     p = make_plan(cfg, world)
     torch.manual_seed(T.seed + rank); np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
@@ -494,7 +505,8 @@ def train_worker(cfg) -> dict:
               f"{dist.get_backend() if distributed else 'none'} | batch {p.per_device_batch}/device × {world} × accum {p.grad_accum} "
               f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision}" + (f" + {fast}" if fast else "")
               + f" | {compiled} | steps {step}→{total} | "
-              f"{len(train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "") +
+              + (f"{torch.get_num_threads()} thread(s)/rank × {world} on {_cores()} cores | " if not use_cuda else "")
+              + f"{len(train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "") +
               f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "") + (f" ({ds.note})" if ds.note else "") +
               f", {steps_per_epoch} steps/epoch | run {run_dir}", flush=True)
     if distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
@@ -519,8 +531,11 @@ def train_worker(cfg) -> dict:
     # the loop
     stop = StopSignal(T.stop_signals)                          # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
     t_start = time.perf_counter(); t_win = t_start
+    c_win, val_s, threads = time.process_time(), 0.0, torch.get_num_threads()   # contention: CPU seconds / thread-seconds
     # loss sum, grad-norm sum, data time, steps, stop votes, finite-loss steps, grad-norm max, then each step's grad norm
-    win = torch.zeros(7 + int(T.log_every), dtype=torch.float64, device=device)
+    # ... and each rank's CPU share (its process's CPU seconds over the window's wall time × its torch threads)
+    L = int(T.log_every)
+    win = torch.zeros(7 + L + world, dtype=torch.float64, device=device)
     in_win = 0                                                  # optimizer steps in this log window (host count)
     data_wait = 0.0                                             # host seconds; joins `win` only at log steps
     last_log = None; step_in_epoch = skip_steps
@@ -555,6 +570,7 @@ def train_worker(cfg) -> dict:
             val_due = bool(T.val_every) and step_in_epoch >= steps_per_epoch and (epoch + 1) % T.val_every == 0 and len(val_ds) > 0
             if step % T.log_every == 0 or step == total or val_due:
                 win[2] = data_wait; win[4] = float(stop.received is not None)
+                win[7 + L + rank] = (time.process_time() - c_win) / max(time.perf_counter() - t_win, 1e-9) / threads
                 if distributed: dist.all_reduce(win)   # the one collective of a log step: metrics and stop votes together
                 w = win.tolist()                       # the one host read of a log step (waits for the queued work)
                 now = time.perf_counter()
@@ -566,9 +582,14 @@ def train_worker(cfg) -> dict:
                            world_size=world, global_batch=p.effective_batch, samples_per_s=p.effective_batch * steps_in_win / wall,
                            steps_per_s=steps_in_win / wall, step_time_s=wall / steps_in_win, data_time_s=w[2] / n,
                            compute_time_s=max(0.0, wall / steps_in_win - w[2] / n), wall_s=now - t_start, time=time.time())
+                cpu = w[7 + L:]
+                rec.update(train_s=rec["wall_s"] - val_s, threads=threads, cpu_share=min(cpu), cpu_share_rank=cpu.index(min(cpu)),
+                           load=os.getloadavg()[0] / _cores())
                 if is_main:
-                    if val_due:   # validation time is kept out of both timing windows
+                    if val_due:   # validation time is kept out of both timing windows (and out of train_s)
+                        t_val = time.perf_counter()
                         rec["val_loss"] = _val_loss(ema.module if ema is not None else model, val_ds, p.per_device_batch, device, autocast, T.seed)
+                        val_s += time.perf_counter() - t_val
                     log_f.write(strict_json(rec) + "\n"); trackers.log(rec)
                     if not progress(step=step, total=total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
                         print(f"step {step}/{total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
@@ -576,7 +597,7 @@ def train_worker(cfg) -> dict:
                     _check_finite(rec, w[5], scaler is not None, run_dir, p.lr)
                     gref = _check_spike(rec, gref, OmegaConf.select(T, "grad_spike", default=None), run_dir, p.lr)
                 if w[4] > 0: stopping = stop.received or "a signal on another rank"   # every rank agrees on this step
-                last_log = rec; win.zero_(); in_win = 0; data_wait = 0.0; t_win = time.perf_counter()
+                last_log = rec; win.zero_(); in_win = 0; data_wait = 0.0; t_win = time.perf_counter(); c_win = time.process_time()
             if T.checkpoint_every and step % T.checkpoint_every == 0 and step < total: save()
             if step >= total or step_in_epoch >= steps_per_epoch or stopping: break
             t_data = time.perf_counter()

@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("DPT_CACHE_DIR", tempfile.mkdtemp(prefix="dpt-test-cache-"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "solo: runs alone, after the parallel test files (timing-sensitive)")
+
+
 @pytest.fixture(scope="session")
 def tasks_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tasks")

@@ -28,6 +28,7 @@ def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
     tail = r.stdout[r.stdout.index("evaluate the 2-process run"):]
     assert "mse / hold" in tail and "× that of predicting the mean action" in tail
     assert "e+0" not in r.stdout                                           # plain figures, not 1.45e+03
+    assert "next steps" in r.stdout and "dpt slurm" in r.stdout and "09_walkthrough" in r.stdout
     # dpt eval on the same run: the same numbers (deterministic), strict JSON, per-dimension metrics, a figure
     e = dpt("eval", out / "run_2proc", "--json", "-o", tmp_path / "ev.png", check=0)
     again = json.loads(e.stdout, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
@@ -38,7 +39,11 @@ def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
     again = dpt("demo", "--out", out, "--steps", 5, "--no-progress")
     assert again.returncode == 1 and "already exists" in again.stderr
     # dpt report on the demo's two runs: a PNG and JSON rows, plain text table
-    runs = [out / "run_1proc", out / "run_2proc"]
+    runs = [out / "speedup" / "world1-1", out / "run_2proc"]
+    # a folder of runs: the demo's learning run and its four interleaved timing runs, pooled per world size
+    folder = json.loads(dpt("report", out, "--json", "--combine", check=0).stdout)
+    assert [(x["world_size"], x["repeats"]) for x in folder] == [(1, 2), (2, 3)]
+    assert all(x["samples_per_s_low"] <= x["samples_per_s"] <= x["samples_per_s_high"] for x in folder)
     r = dpt("report", *runs, "-o", tmp_path / "fig.png", "--json", check=0)
     rows = json.loads(r.stdout)
     assert sorted(x["world_size"] for x in rows) == [1, 2] and rows[0]["speedup"] == 1.0
