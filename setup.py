@@ -10,7 +10,8 @@ cfg = cfg["DEFAULT"]
 licenses = {"apache2": ("Apache Software License 2.0", "OSI Approved :: Apache Software License")}
 lic = licenses[cfg["license"]]
 reqs = shlex.split(cfg.get("requirements", ""))
-dev_reqs = shlex.split(cfg.get("dev_requirements", ""))
+sim_reqs = shlex.split(cfg.get("sim_requirements", ""))
+dev_reqs = shlex.split(cfg.get("dev_requirements", "")) + sim_reqs   # the tests run the simulator chapter too
 scripts = [s for s in cfg.get("console_scripts", "").split() if s]
 
 setuptools.setup(
@@ -27,7 +28,7 @@ setuptools.setup(
     include_package_data=True,
     package_data={"dptoolkit": ["configs/*.yaml"]},
     install_requires=reqs,
-    extras_require={"dev": dev_reqs},
+    extras_require={"dev": dev_reqs, "sim": sim_reqs},
     python_requires=">=" + cfg["min_python"],
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -11,8 +11,8 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 
 # %% auto #0
 __all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config', 'cmd_train',
-           'run_folders', 'cmd_report', 'cmd_eval', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo',
-           'cmd_demo', 'build_parser', 'main', 'threading_main']
+           'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export',
+           'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main', 'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -155,6 +155,26 @@ def cmd_eval(a):
     if a.output:
         fig = ev.plot(); Path(a.output).parent.mkdir(parents=True, exist_ok=True); fig.savefig(a.output, dpi=110)
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
+
+def cmd_sim_data(a):
+    from dptoolkit.sim import make_demos
+    size = tuple(int(v) for v in a.size.lower().split("x"))
+    d = make_demos(a.task, n=a.episodes, out=a.output, camera=a.camera, size=size, workers=a.workers, seed=a.seed,
+                   keep="all" if a.keep_failed else "success", overwrite=a.overwrite, progress=not a.no_progress)
+    print(d)
+
+def cmd_rollout(a):
+    from dptoolkit.sim import rollout, rollout_table
+    res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
+                   video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress))]
+    if a.baselines: res += [rollout(b, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
+                                    progress=not (a.json or a.no_progress)) for b in ("expert", "hold")]
+    if a.json:
+        print(json.dumps([dict(r.summary(), videos=r.videos, episodes_table=r.episodes.to_dict("records")) for r in res], indent=1, default=str))
+    else:
+        print(rollout_table(res).to_string(float_format=plain))
+        for r in res:
+            if r.videos: print("videos: " + ", ".join(r.videos))
 
 def cmd_slurm(a):
     from dptoolkit.cluster import write_slurm_script, submit
@@ -339,6 +359,35 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0); ev.add_argument("--json", action="store_true")
     ev.add_argument("-o", "--output", help="trajectory figure file (PNG)"); ev.add_argument("--no-progress", action="store_true")
     ev.set_defaults(fn=cmd_eval)
+    sd = sub.add_parser("sim-data", help="scripted demonstrations in the ALOHA simulator, written as a store (pip install 'dptoolkit[sim]')",
+                        description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
+                        "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
+                        epilog="example: dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2")
+    sd.add_argument("--task", default="transfer_cube", help="transfer_cube (insertion: not yet)")
+    sd.add_argument("--episodes", type=int, default=50, help="seeds to run (default 50)")
+    sd.add_argument("-o", "--output", required=True, help="the store to write")
+    sd.add_argument("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)")
+    sd.add_argument("--size", default="96x128", help="camera size HxW (default 96x128)")
+    sd.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sd.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    sd.add_argument("--keep-failed", action="store_true", help="store the expert's failed episodes too")
+    sd.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    sd.add_argument("--no-progress", action="store_true", help="no progress bar"); sd.set_defaults(fn=cmd_sim_data)
+    ro = sub.add_parser("rollout", help="closed-loop episodes of a run's policy in the simulator: success rate with its 95% interval",
+                        description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the "
+                        "success rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
+                        epilog="example: dpt rollout runs/sim --task transfer_cube --episodes 50 --workers 2 --baselines --video videos/")
+    ro.add_argument("run", help="run folder, or expert / hold for a baseline alone")
+    ro.add_argument("--task", default="transfer_cube", help="transfer_cube")
+    ro.add_argument("--episodes", type=int, default=10, help="episodes (default 10)")
+    ro.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    ro.add_argument("--seed", type=int, default=1000, help="first seed (default 1000)")
+    ro.add_argument("--max-steps", type=int, default=400, help="steps per episode (default 400)")
+    ro.add_argument("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds")
+    ro.add_argument("--video", help="folder for mp4 videos of the first --videos episodes")
+    ro.add_argument("--videos", type=int, default=2, help="episodes to film with --video (default 2)")
+    ro.add_argument("--json", action="store_true", help="print the results as JSON"); ro.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ro.set_defaults(fn=cmd_rollout)
     sl = sub.add_parser("slurm", help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue")
     sl.add_argument("--nodes", type=int, default=1); sl.add_argument("--gpus-per-node", type=int, default=1)
     sl.add_argument("--cpu", action="store_true", help="no GPUs: each node's ranks are CPU processes with gloo")

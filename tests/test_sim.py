@@ -1,0 +1,66 @@
+"""The ALOHA simulator chapter end to end on a small scale (issue 25): `dpt sim-data` writes a store the toolkit trains
+on, `dpt rollout` runs the trained policy and the baselines in worker processes on recorded seeds, and bad input gets
+one line: a missing gym-aloha, a renderer that cannot start, a policy whose action dimension is not the task's."""
+import json, os, subprocess, sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gym_aloha", reason="the simulator extra is not installed (pip install 'dptoolkit[sim]')")
+
+from conftest import dpt
+from dptoolkit.config import for_store
+from dptoolkit.store import describe
+from dptoolkit.train import train
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sim")
+    r = dpt("sim-data", "--episodes", 3, "-o", d / "demos.zarr", "--workers", 2, "--camera", "--size", "24x32", "--no-progress", check=0)
+    assert "expert success 3/3" in r.stdout, r.stdout
+    cfg = for_store(d / "demos.zarr", name="test", overrides=["task.dataset.obs_keys=[env_state,state]", "training.max_steps=10",
+                                                            "training.checkpoint_every=10", "training.log_every=5"])
+    train(cfg, nprocs=1, run_dir=d / "run", progress=False)
+    return d
+
+
+def test_sim_data_writes_a_store_the_toolkit_trains_on(sim_run):
+    info = describe(sim_run / "demos.zarr")
+    assert info.episodes == 3 and info.steps == 1200 and info.action_dim == 14
+    assert info.arrays["head_camera"].shape[1:] == (3, 24, 32) and info.arrays["head_camera"].dtype == "uint8"
+    assert info.arrays["env_state"].shape[1:] == (7,)
+    assert (sim_run / "run" / "result.json").exists()
+
+
+def test_rollout_policy_and_baselines_on_recorded_seeds(sim_run, tmp_path):
+    r = dpt("rollout", sim_run / "run", "--episodes", 2, "--workers", 2, "--max-steps", 30, "--seed", 7, "--baselines",
+            "--json", "--video", tmp_path / "v", "--videos", 1, check=0)
+    res = {x["policy"]: x for x in json.loads(r.stdout)}
+    assert set(res) == {"run", "expert", "hold"}
+    for x in res.values():
+        assert x["seeds"] == [7, 8] and x["episodes"] == 2 and 0 <= x["ci_low"] <= x["success_rate"] <= x["ci_high"] <= 1
+    assert res["hold"]["successes"] == 0 and res["expert"]["successes"] == 2     # the expert finishes within 400 steps
+    assert all(e["steps"] == 30 for e in res["run"]["episodes_table"])          # a 10-step policy does not succeed in 30
+    (video,) = res["run"]["videos"]
+    assert os.path.getsize(video) > 1000 and open(video, "rb").read(12)[4:8] == b"ftyp"   # an mp4
+
+
+def test_action_dimension_mismatch_is_refused_before_any_episode(tmp_path):
+    from dptoolkit.policy import DiffusionPolicy
+    from dptoolkit.sim import SimError, rollout
+    p = DiffusionPolicy(16, {"state": (16,)}, down_dims=(16, 32))
+    with pytest.raises(SimError, match="acts in 16 dimensions, transfer_cube takes 14"): rollout(p, episodes=1, progress=False)
+
+
+def test_missing_simulator_and_failing_renderer_say_what_to_do(tmp_path):
+    block = ("import sys, importlib.abc\nclass B(importlib.abc.MetaPathFinder):\n def find_spec(self, n, p, t=None):\n"
+             "  if n.split('.')[0] == 'gym_aloha': raise ImportError('blocked', name=n)\nsys.meta_path.insert(0, B())\n")
+    r = subprocess.run([sys.executable, "-c", block + "import sys\nsys.argv = ['dpt', 'sim-data', '--episodes', '1', '-o', "
+                        f"'{tmp_path / 'x.zarr'}']\nfrom dptoolkit.cli import main\nmain()"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "dpt: error: the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' (missing: gym_aloha)"], r.stderr
+    env = {**os.environ, "MUJOCO_GL": "osmesa"}    # osmesa cannot start on this machine
+    code = "from dptoolkit.sim import AlohaSim\ne = AlohaSim(camera=True)\ne.reset(0)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "MUJOCO_GL=osmesa" in r.stderr and "libegl1" in r.stderr, r.stderr[-2000:]
