@@ -16,6 +16,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64); ap.add_argument("--down-dims", default="64,128,256")
     ap.add_argument("--camera", action="store_true"); ap.add_argument("--out", type=Path); ap.add_argument("--json", type=Path)
     ap.add_argument("--scaling-episodes", type=int, default=4)
+    ap.add_argument("--override", action="append", default=[], help="KEY=VALUE for the training config (repeatable)")
     a = ap.parse_args()
     from dptoolkit.config import for_store
     from dptoolkit.report import read_log
@@ -33,7 +34,8 @@ def main():
                                "scaling.keep_effective_batch_size=false", f"training.checkpoint_every={a.steps}",
                                f"training.log_every={max(1, a.steps // 50)}", "task.dataset.val_ratio=0.04",
                                *([] if a.camera else [f"policy.down_dims=[{a.down_dims}]", "policy.diffusion_step_embed_dim=64",
-                                                      "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"])])
+                                                      "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"]),
+                               *a.override])
     t = time.perf_counter()
     res = train(cfg, nprocs=1, run_dir=out / "run", progress=True)
     t_train = time.perf_counter() - t

@@ -355,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run"); ev.add_argument("--data", help="store to evaluate on (default: the run's own)")
     ev.add_argument("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)")
     ev.add_argument("--windows", type=int, default=256, help="at most this many windows (default 256)")
-    ev.add_argument("--sampler", choices=["ddim", "ddpm"], default="ddim"); ev.add_argument("--steps", type=int, help="denoising steps (default: 10 for DDIM, the config's for DDPM)")
+    ev.add_argument("--sampler", choices=["ddim", "ddpm"], help="default: the run's own (its config's policy.sampler and steps)")
+    ev.add_argument("--steps", type=int, help="denoising steps (default: the config's; 10 for --sampler ddim)")
     ev.add_argument("--seed", type=int, default=0); ev.add_argument("--json", action="store_true")
     ev.add_argument("-o", "--output", help="trajectory figure file (PNG)"); ev.add_argument("--no-progress", action="store_true")
     ev.set_defaults(fn=cmd_eval)
@@ -373,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     sd.add_argument("--keep-failed", action="store_true", help="store the expert's failed episodes too")
     sd.add_argument("--overwrite", action="store_true", help="replace an existing store")
     sd.add_argument("--no-progress", action="store_true", help="no progress bar"); sd.set_defaults(fn=cmd_sim_data)
-    ro = sub.add_parser("rollout", help="closed-loop episodes of a run's policy in the simulator: success rate with its 95% interval",
+    ro = sub.add_parser("rollout", help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
                         description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the "
                         "success rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
                         epilog="example: dpt rollout runs/sim --task transfer_cube --episodes 50 --workers 2 --baselines --video videos/")

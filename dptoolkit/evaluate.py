@@ -104,10 +104,13 @@ def _windows(ds: SequenceDataset, stride: int, max_windows: int) -> np.ndarray:
         if len(out) >= max_windows: break
     return np.asarray(out[:max_windows], dtype=np.int64)
 
-def _sampler(policy, sampler: str, steps):
+def _sampler(policy, sampler, steps):
     cfg = policy.noise_scheduler.config
-    if sampler == "ddim": return DDIMScheduler.from_config(cfg), int(steps or 10)
-    if sampler == "ddpm": return DDPMScheduler.from_config(cfg), int(steps or policy.num_inference_steps)
+    if sampler is None:   # what the run trains with and deploys: its config's sampler and number of steps
+        sampler = "ddim" if isinstance(policy.sample_scheduler, DDIMScheduler) else "ddpm"
+        steps = steps or policy.num_inference_steps
+    if sampler == "ddim": return DDIMScheduler.from_config(cfg), int(steps or 10), sampler
+    if sampler == "ddpm": return DDPMScheduler.from_config(cfg), int(steps or policy.num_inference_steps), sampler
     raise EvalError(f"sampler={sampler!r}: expected 'ddim' or 'ddpm'")
 
 def _hold_key(policy, ds, adim):
@@ -116,7 +119,7 @@ def _hold_key(policy, ds, adim):
     return "state" if "state" in keys else (keys[0] if keys else None)
 
 def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
-             sampler: str = "ddim", steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
+             sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
              progress: bool = True) -> EvalResult:
     """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
     (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
@@ -164,7 +167,7 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     tr_steps = np.concatenate([np.arange(0 if e == 0 else train_ds.ends[e - 1], train_ds.ends[e]) for e in train_ds.episodes])
     mean_action = train_ds._take(action_key, tr_steps).astype(np.float64).mean(0)   # the dataset's reader: damaged chunks named
     # sample
-    sched, n_steps = _sampler(policy, sampler, steps)
+    sched, n_steps, sampler = _sampler(policy, sampler, steps)
     old = policy.sample_scheduler; policy.sample_scheduler = sched
     gen = torch.Generator(device=device); gen.manual_seed(seed)
     preds, trues, holds = [], [], []

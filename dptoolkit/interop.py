@@ -18,8 +18,9 @@ from .store import describe
 from .train import _write_checkpoint, latest_checkpoint, load_checkpoint, load_weights
 
 # %% auto #0
-__all__ = ['InteropError', 'dp_key', 'store_key', 'dp_state_dict', 'from_dp_state_dict', 'dp_config', 'config_from_dp',
-           'run_config', 'policy_from_weights', 'export', 'read_dp_checkpoint', 'import_checkpoint']
+__all__ = ['ROBOTWIN_CAMERAS', 'InteropError', 'dp_key', 'store_key', 'dp_state_dict', 'from_dp_state_dict', 'dp_config',
+           'config_from_dp', 'run_config', 'policy_from_weights', 'dp_optimizer_state', 'from_dp_optimizer_state',
+           'export', 'read_dp_checkpoint', 'import_checkpoint']
 
 # %% ../nbs/10_interop.ipynb #1d5ba996
 class InteropError(ValueError):
@@ -37,8 +38,11 @@ def store_key(name: str) -> str:
 
 _IMAGE_RANGE = (torch.tensor([2.0]), torch.tensor([-1.0]), torch.tensor([0.0, 1.0, 0.5, math.sqrt(1 / 12)]).view(4, 1))
 
-def dp_state_dict(policy) -> dict:
-    "The policy's weights under diffusion_policy's `DiffusionUnetImagePolicy` names, in its order (normalizer `params_dict` included)."
+ROBOTWIN_CAMERAS = ("head_cam", "front_cam", "left_cam", "right_cam")   # image normalizers every RoboTwin checkpoint holds
+
+def dp_state_dict(policy, cameras=()) -> dict:
+    """The policy's weights under diffusion_policy's `DiffusionUnetImagePolicy` names, in its order (normalizer `params_dict`
+    included). `cameras`: more image range normalizers to carry (`ROBOTWIN_CAMERAS`: what RoboTwin's deploy normalizes)."""
     sd = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
     out = {"_dummy_variable": torch.zeros(0), "obs_encoder._dummy_variable": torch.zeros(0)}
     pre = "obs_encoder.key_model_map."
@@ -50,25 +54,31 @@ def dp_state_dict(policy) -> dict:
     out["mask_generator._dummy_variable"] = torch.zeros(0)
     n = policy.normalizer
     params = {dp_key(k): (getattr(n, f"scale_{k}"), getattr(n, f"offset_{k}"), getattr(n, f"stats_{k}")) for k in n.keys}
-    params.update({dp_key(k): _IMAGE_RANGE for k in policy.image_keys})
-    for name in sorted(params):
+    cams = list(dict.fromkeys([dp_key(k) for k in policy.image_keys] + list(cameras)))
+    order = sorted(params) + cams                            # RoboTwin's order: low-dim keys, then the cameras
+    params.update({c: _IMAGE_RANGE for c in cams})
+    for name in order:
         scale, offset, st = (t.detach().cpu().float() for t in params[name])
         p = f"normalizer.params_dict.{name}."
         out.update({p + "offset": offset, p + "scale": scale, p + "input_stats.max": st[1], p + "input_stats.mean": st[2],
                     p + "input_stats.min": st[0], p + "input_stats.std": st[3]})
     return {k: v.clone().contiguous() for k, v in out.items()}
 
-def from_dp_state_dict(sd: dict, image_keys=(), source="checkpoint") -> dict:
-    "A diffusion_policy state dict → this toolkit's names (the inverse of `dp_state_dict`); the image normalizer must be the range map."
+def from_dp_state_dict(sd: dict, image_keys=(), source="checkpoint", low_dim_keys=None) -> dict:
+    """A diffusion_policy state dict → this toolkit's names (the inverse of `dp_state_dict`); the image normalizer must be
+    the range map. Normalizers of keys the model does not use (RoboTwin's `front_cam`, `left_cam`, `right_cam` on a
+    head-camera policy) are left out; `low_dim_keys` (store names, with `action`): the ones to keep (default: all)."""
     out, pre = {}, "obs_encoder.key_model_map."
     for k, v in sd.items():
         if k.startswith(pre):
             cam, _, rest = k[len(pre):].partition(".")
             out[f"{pre}{cam if cam == 'rgb' else store_key(cam)}.{rest}"] = v
         elif k.startswith("model."): out[k] = v
-    names = sorted({k.split(".")[2] for k in sd if k.startswith("normalizer.params_dict.")})
+    names = [n for n in dict.fromkeys(k.split(".")[2] for k in sd if k.startswith("normalizer.params_dict."))]
     cams = {dp_key(c) for c in image_keys}
+    keep = None if low_dim_keys is None else {dp_key(k) for k in low_dim_keys} | cams
     for name in names:
+        if (name not in keep) if keep is not None else (name.endswith("_cam") and name not in cams): continue
         g = lambda f: sd[f"normalizer.params_dict.{name}.{f}"].float()
         if name in cams:
             if not (torch.allclose(g("scale"), _IMAGE_RANGE[0]) and torch.allclose(g("offset"), _IMAGE_RANGE[1])):
@@ -210,53 +220,149 @@ def policy_from_weights(cfg, sd: dict, source="checkpoint"):
     load_weights(policy, sd, source)
     return policy
 
-def export(run_dir, out, *, checkpoint=None, task_name=None) -> Path:
-    """Write a run's model and EMA as a diffusion_policy / RoboTwin checkpoint (`torch.save` of `cfg`, `state_dicts`
-    {model, ema_model}, `pickles`) that RoboTwin's `policy/DP` loads unchanged. Written to a temp name, then renamed."""
+def _dp_names(policy) -> list:
+    "diffusion_policy's name of each of `policy.parameters()`, in order (what an optimizer's indices refer to)."
+    pre = "obs_encoder.key_model_map."
+    out = []
+    for k, _ in policy.named_parameters():
+        if k.startswith(pre):
+            cam, _, rest = k[len(pre):].partition(".")
+            k = f"{pre}{cam if cam == 'rgb' else dp_key(cam)}.{rest}"
+        out.append(k)
+    return out
+
+def dp_optimizer_state(policy, opt_sd: dict, dp_keys: list) -> dict:
+    """Our AdamW state (indices into `policy.parameters()`) → diffusion_policy's: one group over every entry of its state
+    dict (`dp_keys`: all are parameters there, normalizer and `_dummy_variable`s included), state under their indices."""
+    pos = {k: i for i, k in enumerate(dp_keys)}
+    names = _dp_names(policy)
+    state = {pos[names[i]]: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
+             for i, st in opt_sd["state"].items()}
+    g = {k: v for k, v in opt_sd["param_groups"][0].items() if k != "params"}
+    g.update(fused=None, foreach=None, params=list(range(len(dp_keys))))
+    return {"state": state, "param_groups": [g]}
+
+def from_dp_optimizer_state(policy, opt_sd: dict, dp_keys: list, source="checkpoint") -> dict:
+    "The inverse of `dp_optimizer_state`: their AdamW state → indices into `policy.parameters()`."
+    names = _dp_names(policy)
+    idx = {k: i for i, k in enumerate(names)}
+    if len(opt_sd.get("param_groups", [])) != 1 or len(opt_sd["param_groups"][0]["params"]) != len(dp_keys):
+        raise InteropError(f"{source}: state_dicts.optimizer has {len(opt_sd.get('param_groups', []))} group(s) of "
+                           f"{[len(g['params']) for g in opt_sd.get('param_groups', [])]} parameters; expected one group over "
+                           f"the model's {len(dp_keys)} state-dict entries")
+    state = {}
+    for j, st in opt_sd["state"].items():
+        k = dp_keys[int(j)]
+        if k not in idx: raise InteropError(f"{source}: optimizer state for {k}, which this model does not train")
+        state[idx[k]] = st
+    g = {k: v for k, v in opt_sd["param_groups"][0].items() if k != "params"}
+    g["params"] = list(range(len(names)))
+    return {"state": state, "param_groups": [g]}
+
+# %% ../nbs/10_interop.ipynb #10119b50
+def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) -> Path:
+    """Write a run's model, EMA and optimizer as a diffusion_policy / RoboTwin checkpoint (`torch.save` of `cfg`,
+    `state_dicts` {model, ema_model, optimizer}, `pickles` {_output_dir, epoch, global_step}) that RoboTwin's `policy/DP`
+    deploy and `train.py` resume load unchanged: every camera normalizer their deploy asks for, the optimizer in their
+    parameter order, plain pickles (no dill needed). Written to a temp name, then renamed."""
+    import pickle
     cfg = run_config(run_dir)
     where = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
     ck = load_checkpoint(where)
     model = policy_from_weights(cfg, ck["model"], where / "model.safetensors")
     ema = policy_from_weights(cfg, ck["ema"], where / "ema.safetensors") if ck["ema"] is not None else model
-    payload = {"cfg": dp_config(cfg, task_name), "state_dicts": {"model": dp_state_dict(model), "ema_model": dp_state_dict(ema)},
-               "pickles": {}}
-    out = Path(out); out.parent.mkdir(parents=True, exist_ok=True)
+    sds = {"model": dp_state_dict(model, ROBOTWIN_CAMERAS), "ema_model": dp_state_dict(ema, ROBOTWIN_CAMERAS)}
+    st = ck["state"] or {}
+    if st.get("optimizer"): sds["optimizer"] = dp_optimizer_state(model, st["optimizer"], list(sds["model"]))
+    out = Path(out)
+    pickles = {"_output_dir": str(output_dir or out.parent.parent), "epoch": int(st.get("epoch", 0)), "global_step": int(st.get("step", 0))}
+    payload = {"cfg": dp_config(cfg, task_name), "state_dicts": sds, "pickles": {k: pickle.dumps(v) for k, v in pickles.items()}}
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         torch.save(payload, tmp); os.replace(tmp, out)
     finally: tmp.unlink(missing_ok=True)
     return out
 
+# dill names the built-in types it pickles by their old `types` names; RoboTwin's files hold dill._dill._load_type(name)
+_DILL_TYPES = {"ListType": list, "DictType": dict, "TupleType": tuple, "SetType": set, "FrozenSetType": frozenset,
+               "IntType": int, "FloatType": float, "ComplexType": complex, "StringType": str, "UnicodeType": str,
+               "BytesType": bytes, "ByteArrayType": bytearray, "BooleanType": bool, "BoolType": bool, "NoneType": type(None),
+               "ObjectType": object, "TypeType": type, "SliceType": slice, "RangeType": range,
+               "EllipsisType": type(Ellipsis), "NotImplementedType": type(NotImplemented)}
+
+def _dill_load_type(name):
+    if name not in _DILL_TYPES: raise InteropError(f"the checkpoint names dill type {name!r}, which is not a built-in type this reader knows")
+    return _DILL_TYPES[name]
+
+_ALLOWED = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("_codecs", "encode"), ("typing", "Any"),
+            ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"), ("torch", "Size"),
+            ("torch._tensor", "_rebuild_from_type_v2"), ("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
+            ("omegaconf.base", "ContainerMetadata"), ("omegaconf.base", "Metadata"), ("omegaconf.dictconfig", "DictConfig"),
+            ("omegaconf.listconfig", "ListConfig"), ("omegaconf.nodes", "AnyNode"), ("omegaconf.nodes", "StringNode"),
+            ("omegaconf.nodes", "IntegerNode"), ("omegaconf.nodes", "FloatNode"), ("omegaconf.nodes", "BooleanNode"),
+            ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"), ("builtins", "bytearray"),
+            ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "list"), ("builtins", "dict"), ("builtins", "tuple")}
+
+def _unpickler_module():
+    "A `pickle_module` for `torch.load` that resolves only the allow-listed globals (dill's `_load_type` to built-ins)."
+    import _compat_pickle, pickle, types
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            # protocol 2 (torch.save's) names Python 2 modules (__builtin__.dict); map them as pickle's fix_imports does
+            module, name = _compat_pickle.NAME_MAPPING.get((module, name), (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
+            if (module, name) == ("dill._dill", "_load_type"): return _dill_load_type
+            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")): return super().find_class(module, name)
+            raise InteropError(f"the checkpoint names {module}.{name}, which is not on the allow-list of what a "
+                               f"diffusion_policy / RoboTwin checkpoint holds; not loaded")
+    m = types.ModuleType("dptoolkit_checkpoint_unpickler")
+    m.Unpickler, m.load = Unpickler, (lambda f, **kw: Unpickler(f, **kw).load())
+    m.loads = lambda b, **kw: Unpickler(__import__("io").BytesIO(b), **kw).load()
+    return m
+
 def read_dp_checkpoint(path, *, trust: bool = False) -> dict:
-    "Unpickle a diffusion_policy / RoboTwin checkpoint; refused unless `trust=True`, since unpickling can run any code."
+    """Unpickle a diffusion_policy / RoboTwin checkpoint; refused unless `trust=True`, since a pickle can run code. Even
+    then only the globals such a file holds are resolved (tensors, OmegaConf containers, dill's built-in type names, ...):
+    anything else is refused by name. dill is not needed; `pickles` values come back unpickled the same way."""
     path = Path(path)
     if not path.is_file(): raise InteropError(f"{path}: checkpoint file not found")
     if not trust:
         raise InteropError(f"{path}: diffusion_policy / RoboTwin checkpoints are pickles, and loading one runs whatever code it "
                            f"holds; pass trust=True (dpt import --trust) only for a file you made or trust")
-    try: payload = torch.load(path, map_location="cpu", weights_only=False)   # the explicit opt-in above
+    m = _unpickler_module()
+    try: payload = torch.load(path, map_location="cpu", weights_only=False, pickle_module=m)   # the explicit opt-in above
+    except InteropError as e: raise InteropError(f"{path}: {e}") from None
     except Exception as e: raise InteropError(f"{path}: cannot be unpickled ({type(e).__name__}: {str(e)[:200]})") from None
     if not (isinstance(payload, dict) and "cfg" in payload and isinstance(payload.get("state_dicts"), dict)
             and "model" in payload["state_dicts"]):
         raise InteropError(f"{path}: not a diffusion_policy workspace checkpoint (expected a dict with cfg and state_dicts.model)")
+    pk = payload.get("pickles") or {}
+    try: payload["pickles"] = {k: (m.loads(v) if isinstance(v, (bytes, bytearray)) else v) for k, v in pk.items()}
+    except InteropError as e: raise InteropError(f"{path} (pickles): {e}") from None
     return payload
 
 def import_checkpoint(path, run_dir, *, trust: bool = False, data=None) -> Path:
-    """Turn a diffusion_policy / RoboTwin checkpoint into a run folder (config.yaml + checkpoints/step_000000 with model and
-    EMA weights, no optimizer state); `train(..., resume=True)` / `dpt train --resume` then trains on from those weights."""
+    """Turn a diffusion_policy / RoboTwin checkpoint into a run folder (config.yaml + checkpoints/step_<global_step> with
+    model and EMA weights and, when the file has it, the optimizer state); `train(..., resume=True)` / `dpt train --resume`
+    then trains on from there: with the optimizer, at their global step and epoch (the schedule continues)."""
     payload = read_dp_checkpoint(path, trust=trust)
     cfg = config_from_dp(payload["cfg"], data)
     sds = payload["state_dicts"]
     cams = [k for k in cfg.task.dataset.obs_keys if len(cfg.shape_meta.obs[k]) == 3]
-    model = policy_from_weights(cfg, from_dp_state_dict(sds["model"], cams, path), f"{path} (state_dicts.model)")
-    ema = (policy_from_weights(cfg, from_dp_state_dict(sds["ema_model"], cams, path), f"{path} (state_dicts.ema_model)")
+    low = [k for k in cfg.task.dataset.obs_keys if len(cfg.shape_meta.obs[k]) == 1] + ["action"]
+    conv = lambda sd: from_dp_state_dict(sd, cams, path, low_dim_keys=low)
+    model = policy_from_weights(cfg, conv(sds["model"]), f"{path} (state_dicts.model)")
+    ema = (policy_from_weights(cfg, conv(sds["ema_model"]), f"{path} (state_dicts.ema_model)")
            if sds.get("ema_model") is not None else None)
     run_dir = Path(run_dir)
     if (run_dir / "logs.jsonl").exists() or (run_dir / "checkpoints").exists():
         raise InteropError(f"{run_dir}: already holds a run; import into a new folder")
+    pk = payload.get("pickles") or {}
+    step, epoch = int(pk.get("global_step", 0) or 0), int(pk.get("epoch", 0) or 0)
+    state = dict(step=step, epoch=epoch, step_in_epoch=0, imported_from=str(Path(path).absolute()))
+    if sds.get("optimizer"): state["optimizer"] = from_dp_optimizer_state(model, sds["optimizer"], list(sds["model"]), path)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.logging.run_dir = str(run_dir.absolute())
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    state = dict(step=0, epoch=0, step_in_epoch=0, imported_from=str(Path(path).absolute()))
-    _write_checkpoint(run_dir, 0, model, SimpleNamespace(module=ema) if ema is not None else None, state, keep=1)
+    _write_checkpoint(run_dir, step, model, SimpleNamespace(module=ema) if ema is not None else None, state, keep=1)
     return run_dir

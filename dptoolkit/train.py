@@ -464,6 +464,16 @@ def train_worker(cfg) -> dict:
         s = ck["state"]
     if resume and "optimizer" not in s:   # an imported checkpoint (interop): weights only, training starts at step 0
         if ema is not None: ema.n_averaged = 1
+    elif resume and "scheduler" not in s:   # imported with its optimizer (RoboTwin's train.py): on from its global step
+        flags = [(g.get("fused"), g.get("foreach")) for g in opt.param_groups]
+        opt.load_state_dict(s["optimizer"])
+        for g, (fu, fe) in zip(opt.param_groups, flags):   # this machine's kernels; the base LR their schedule had
+            g["fused"], g["foreach"] = fu, fe; g.setdefault("initial_lr", p.lr)
+        step, epoch = int(s["step"]), int(s["epoch"])
+        sched = get_scheduler(T.lr_scheduler, opt, num_warmup_steps=p.warmup_steps, num_training_steps=total, last_epoch=step - 1)
+        if ema is not None: ema.n_averaged = max(1, step)
+        gen.manual_seed(T.seed * 1000 + rank + 7919 * step)
+        if is_main: print(f"resume: imported checkpoint at global step {step}, epoch {epoch}, with its optimizer state", flush=True)
     elif resume:
         opt.load_state_dict(s["optimizer"]); sched.load_state_dict(s["scheduler"])
         if any(b != p.lr for b in sched.base_lrs):   # resumed with another learning rate (e.g. after divergence): use it
