@@ -70,7 +70,11 @@ class EvalResult:
                 + t.to_string(float_format=lambda x: f"{x:.4f}", na_rep=""))
 
     def __str__(self): return self.summary()
-    def _repr_markdown_(self): return "```\n" + self.summary() + "\n```"
+    def _repr_html_(self):
+        "In a notebook: the info line and the metrics table as HTML (ratios to the baselines beside the policy's row)."
+        t = self.metrics.copy()
+        for b in ("hold", "mean"): t[f"mse / {b}"] = [t.loc["policy", "mse"] / t.loc[b, "mse"] if r == "policy" else None for r in t.index]
+        return f"<p>{self.summary().splitlines()[0]}</p>" + t.to_html(float_format=lambda v: f"{v:.4g}", na_rep="")
 
     def plot(self, episodes: int = 2, dims=(0, 1, 2), ax=None):
         "True vs predicted action trajectories (chunks laid end to end) for the first `episodes` episodes and `dims`."

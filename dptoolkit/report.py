@@ -298,24 +298,40 @@ def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_bat
     return summarize(runs, combine=combine, target=target)
 
 # %% ../nbs/07_report.ipynb #0dcb19b4
+def _total_steps(run_dir):
+    "The run's planned optimizer steps (`training.max_steps` in its config.yaml), or None."
+    t = (_run_meta(run_dir).get("training") or {})
+    return int(t["max_steps"]) if t.get("max_steps") else None
+
 def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int | None = None, until=None):
-    "Live view of a training run's loss and samples/s, redrawn in place until the run finishes (or `until()` is true)."
+    """Live view of a training run's loss and samples/s -- step of total, ETA -- redrawn in one output area until the
+    run finishes (or `until()` is true). Interrupting the cell (■) stops watching with one line; the run trains on."""
     from IPython.display import display, clear_output
     plt = _plt()
-    t0, n = time.time(), 0
-    while True:
-        done = until() if until is not None else (Path(run_dir) / "result.json").exists()
-        try: df = read_log(run_dir)
-        except ReportError: df = None
-        if df is not None:
-            fig, axs = plt.subplots(1, 2, figsize=(8, 2.8))
-            axs[0].plot(df["step"], df["loss"]); axs[0].set_title("loss"); axs[0].set_xlabel("step")
-            axs[1].plot(df["step"], df["samples_per_s"]); axs[1].set_title("samples / s"); axs[1].set_xlabel("step")
-            fig.suptitle(f"{Path(run_dir).name}: step {int(df['step'].iloc[-1])}" + (" (done)" if done else ""), fontsize=9)
-            fig.tight_layout(); clear_output(wait=True); display(fig); plt.close(fig)
-        n += 1
-        if done or time.time() - t0 > timeout or (max_updates and n >= max_updates): return df
-        time.sleep(every)
+    t0, n, df, total = time.time(), 0, None, _total_steps(run_dir)
+    try:
+        while True:
+            done = until() if until is not None else (Path(run_dir) / "result.json").exists()
+            try: df = read_log(run_dir)
+            except ReportError: df = None
+            if df is not None:
+                step = int(df["step"].iloc[-1])
+                rate = float(df["steps_per_s"].iloc[-3:].median()) if "steps_per_s" in df else float("nan")
+                eta = (total - step) / rate if total and rate > 0 and not done else None
+                title = (f"{Path(run_dir).name}: step {step}" + (f" of {total}" if total else "")
+                         + (" (done)" if done else f", ETA {eta:.0f} s" if eta is not None else ""))
+                fig, axs = plt.subplots(1, 2, figsize=(8, 2.8))
+                axs[0].plot(df["step"], df["loss"]); axs[0].set_title("loss"); axs[0].set_xlabel("step")
+                axs[1].plot(df["step"], df["samples_per_s"]); axs[1].set_title("samples / s"); axs[1].set_xlabel("step")
+                fig.suptitle(title, fontsize=9); fig.tight_layout()
+                clear_output(wait=True); display(fig); plt.close(fig)
+            n += 1
+            if done or time.time() - t0 > timeout or (max_updates and n >= max_updates): return df
+            time.sleep(every)
+    except KeyboardInterrupt:
+        plt.close("all")
+        print(f"stopped watching {Path(run_dir).name}; the run keeps training (watch again, or stop it: BackgroundRun.stop())")
+        return df
 
 # %% ../nbs/07_report.ipynb #ff94d753
 def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), accum=(1, 2), steps: int = 200,

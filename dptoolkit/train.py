@@ -373,7 +373,10 @@ class Trackers:
         if self.wandb is not None: self.wandb.log(vals, step=rec["step"])
 
     def close(self, result=None):
-        if self.tb is not None: self.tb.close()
+        if self.tb is not None:
+            if result and result.get("val_loss_ema") is not None:   # the end-of-run EMA validation, at the last step
+                self.tb.add_scalar("val/loss_ema", float(result["val_loss_ema"]), int(result["steps"]))
+            self.tb.close()
         if self.wandb is not None:
             if result: self.wandb.summary.update({k: v for k, v in result.items() if isinstance(v, (int, float))})
             self.wandb.finish()

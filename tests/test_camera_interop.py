@@ -65,8 +65,11 @@ def test_full_robot_dp_14_step_on_two_ranks_then_export_import(rt14, tmp_path):
     assert res.metrics["steps"] == 1 and np.isfinite(res.metrics["final_loss"])
     dpt("export", tmp_path / "run", "-o", tmp_path / "model.ckpt", check=0, timeout=600)
     payload = torch.load(tmp_path / "model.ckpt", weights_only=False)       # our own file
-    assert {k: list(v.shape) for k, v in payload["state_dicts"]["model"].items()} == REF["robot_dp_14"]
-    assert list(payload["state_dicts"]["model"]) == list(REF["robot_dp_14"])
+    # diffusion_policy's layout, key by key in its order, plus RoboTwin's image normalizers for the three other cameras
+    extra = [f"normalizer.params_dict.{c}.{f}" for c in ("front_cam", "left_cam", "right_cam")
+             for f in ("offset", "scale", "input_stats.max", "input_stats.mean", "input_stats.min", "input_stats.std")]
+    assert {k: list(v.shape) for k, v in payload["state_dicts"]["model"].items()} == {**REF["robot_dp_14"], **{k: [1] for k in extra}}
+    assert list(payload["state_dicts"]["model"]) == list(REF["robot_dp_14"]) + extra
     assert payload["cfg"].policy.obs_encoder.rgb_model.name == "resnet18" and payload["cfg"].shape_meta.obs.head_cam.shape == [3, 240, 320]
     assert payload["cfg"].task.dataset.zarr_path == str(rt14.resolve())
     del payload

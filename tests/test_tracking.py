@@ -24,6 +24,8 @@ def test_tensorboard_and_wandb_offline(merged, tmp_path, monkeypatch):
     assert [e.step for e in loss] == log["step"].tolist() == [5, 10, 15, 20]  # every log step
     assert [round(e.value, 5) for e in loss] == [round(v, 5) for v in log["loss"]]
     assert {"train/lr", "train/grad_norm", "perf/samples_per_s", "perf/data_share"} <= set(acc.Tags()["scalars"])
+    res = json.loads((run / "result.json").read_text())                    # the end-of-run EMA validation too
+    assert [(e.step, round(e.value, 5)) for e in acc.Scalars("val/loss_ema")] == [(20, round(res["val_loss_ema"], 5))]
     # resume: the replayed steps are purged, the new ones appended
     train(cfg, nprocs=1, run_dir=run, resume=True, progress=False, overrides=["training.max_steps=30", "logging.wandb.enable=false"])
     acc = EventAccumulator(str(run / "tensorboard")); acc.Reload()
