@@ -3,7 +3,7 @@ trained by the toolkit on those demonstrations, and rollouts of the policy, the 
 --episodes seeds, each with its 95 % Wilson interval; plus rollout throughput with 1 and --workers worker processes.
 Variant: low-dim (`state` + `env_state`, the cube pose standing in for the camera) on a CPU; `--camera` trains on the
 top camera (a GPU machine's job). Prints the table and the training cost; `--json` writes everything.
-Usage: python bench/sim.py [--demos 50] [--steps 3000] [--episodes 50] [--workers 2] [--camera] [--out DIR] [--json F]
+Usage: python bench/sim.py [--demos 50] [--steps 6000] [--episodes 50] [--workers 2] [--camera] [--out DIR] [--json F]
 """
 import argparse, json, os, tempfile, time
 from pathlib import Path
@@ -11,9 +11,9 @@ from pathlib import Path
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--demos", type=int, default=50); ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--demos", type=int, default=50); ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--episodes", type=int, default=50); ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64); ap.add_argument("--down-dims", default="64,128,256")
+    ap.add_argument("--batch", type=int, default=64); ap.add_argument("--down-dims", default="128,256,512")
     ap.add_argument("--camera", action="store_true"); ap.add_argument("--out", type=Path); ap.add_argument("--json", type=Path)
     ap.add_argument("--scaling-episodes", type=int, default=4)
     ap.add_argument("--override", action="append", default=[], help="KEY=VALUE for the training config (repeatable)")
@@ -33,7 +33,7 @@ def main():
                     overrides=[f"task.dataset.obs_keys={keys}", f"training.max_steps={a.steps}", f"dataloader.batch_size={a.batch}",
                                "scaling.keep_effective_batch_size=false", f"training.checkpoint_every={a.steps}",
                                f"training.log_every={max(1, a.steps // 50)}", "task.dataset.val_ratio=0.04",
-                               *([] if a.camera else [f"policy.down_dims=[{a.down_dims}]", "policy.diffusion_step_embed_dim=64",
+                               *([] if a.camera else [f"policy.down_dims=[{a.down_dims}]", "policy.diffusion_step_embed_dim=128", "policy.prediction_type=sample",
                                                       "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"]),
                                *a.override])
     t = time.perf_counter()

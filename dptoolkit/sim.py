@@ -316,6 +316,14 @@ class RolloutResult:
                     mean_steps=float(self.episodes["steps"].mean()), episodes_per_min=60 * len(self.episodes) / max(self.wall_s, 1e-9),
                     seeds=self.episodes["seed"].tolist())
     def _repr_html_(self): return rollout_table([self]).to_html(float_format=lambda v: f"{v:.3g}")
+    def show_videos(self, width: int = 320):
+        "The recorded episodes as inline HTML5 videos (a notebook shows them under the cell)."
+        from IPython.display import HTML
+        import base64
+        tags = [f'<figure style="display:inline-block"><video width="{width}" controls loop src="data:video/mp4;base64,'
+                f'{base64.b64encode(Path(v).read_bytes()).decode()}"></video><figcaption>{Path(v).stem}</figcaption></figure>'
+                for v in self.videos]
+        return HTML("".join(tags) or "<p>no videos: rollout(..., video_dir=...)</p>")
     def __repr__(self):
         s = self.summary()
         return (f"{self.name}: success {s['successes']}/{s['episodes']} = {s['success_rate']:.0%} "
