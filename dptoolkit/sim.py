@@ -28,16 +28,19 @@ def _sim():
     os.environ.setdefault("MUJOCO_GL", "egl")
     try: import torchvision   # before MuJoCo's EGL libraries: the other order segfaults when torchvision loads later
     except ImportError: pass
+    import importlib.util
+    def absent(m):
+        try: return importlib.util.find_spec(m) is None
+        except ImportError: return True
+    missing = [m for m in ("mujoco", "dm_control", "gym_aloha") if absent(m)]
+    if missing: raise SimError(f"the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' (missing: {missing[0]})")
     try:
         from dm_control import mujoco
         from dm_control.rl import control
         from gym_aloha import constants
         from gym_aloha.tasks import sim, sim_end_effector
         from gym_aloha.utils import sample_box_pose
-    except ImportError as e:
-        raise SimError(f"the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' "
-                       f"(missing: {e.name})") from None
-    except Exception as e:   # dm_control starts its renderer at import: a missing EGL / OSMesa library fails here
+    except Exception as e:   # installed, but dm_control starts its renderer at import: a missing EGL / OSMesa library fails here
         raise SimError(f"MuJoCo's renderer could not start with MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({type(e).__name__}: "
                        f"{str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 libgl1-mesa-dri) and use MUJOCO_GL=egl") from None
     return collections.namedtuple("Sim", "mujoco control constants sim ee sample_box_pose")(

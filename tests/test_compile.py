@@ -29,7 +29,6 @@ def _scaling_backward(factor, after=0):
     return compiler
 
 scale_grads = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm), bw_compiler=_scaling_backward(1000.0))
-late_spike = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm), bw_compiler=_scaling_backward(1e5, after=3))
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +90,17 @@ def test_auto_falls_back_to_eager(camera_store, tmp_path, capsys):
     assert net is not pol and note.startswith("compiled (aot_eager; self-check passed")
 
 
-def test_grad_spike_stops_the_run(camera_store, tmp_path):
-    """A model that goes wrong after the self-check (gradients × 1e5 from the third training step on) is stopped at the
-    next log step, naming the norm and the first window's median; no checkpoint is written."""
-    cfg = _cfg(camera_store, tmp_path / "run", "training.compile=true", "training.compile_backend=test_compile:late_spike",
-               "training.checkpoint_every=2")
+def test_grad_spike_stops_the_run(camera_store, tmp_path, monkeypatch):
+    """A model whose gradients go wrong mid-run (× 1e5 from the third training step on, the loss value unchanged) is
+    stopped at the next log step, naming the norm and the first window's median; no checkpoint is written after it.
+    (Driven through the model's forward in this process, so it does not depend on how a compiler splits graphs.)"""
+    from dptoolkit.policy import DiffusionPolicy
+    real, calls = DiffusionPolicy.forward, [0]
+    def spiking(self, *a, **kw):
+        loss = real(self, *a, **kw); calls[0] += 1
+        return loss if calls[0] <= 2 else loss * 1e5 - loss.detach() * (1e5 - 1)   # same value, gradient × 1e5
+    monkeypatch.setattr(DiffusionPolicy, "forward", spiking)
+    cfg = _cfg(camera_store, tmp_path / "run", "training.checkpoint_every=2")
     with pytest.raises(TrainError) as e: train_worker(cfg)
     msg = str(e.value)
     assert "first log window's median" in msg and "training.grad_spike=1000" in msg, msg
@@ -105,6 +110,5 @@ def test_grad_spike_stops_the_run(camera_store, tmp_path):
     ck = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*"))
     assert ck == ["step_000002"]                                               # nothing written after the spike
     # without the guard the same run completes (the clip keeps the steps small): the guard is what stopped it
-    cfg = _cfg(camera_store, tmp_path / "run2", "training.compile=true", "training.compile_backend=test_compile:late_spike",
-               "training.grad_spike=null")
-    assert train_worker(cfg)["steps"] == 12
+    calls[0] = 0
+    assert train_worker(_cfg(camera_store, tmp_path / "run2", "training.grad_spike=null"))["steps"] == 12

@@ -57,7 +57,7 @@ def test_missing_simulator_and_failing_renderer_say_what_to_do(tmp_path):
     block = ("import sys, importlib.abc\nclass B(importlib.abc.MetaPathFinder):\n def find_spec(self, n, p, t=None):\n"
              "  if n.split('.')[0] == 'gym_aloha': raise ImportError('blocked', name=n)\nsys.meta_path.insert(0, B())\n")
     r = subprocess.run([sys.executable, "-c", block + "import sys\nsys.argv = ['dpt', 'sim-data', '--episodes', '1', '-o', "
-                        f"'{tmp_path / 'x.zarr'}']\nfrom dptoolkit.cli import main\nmain()"], capture_output=True, text=True)
+                        f"'{tmp_path / 'x.zarr'}']\nfrom dptoolkit.cli import main\nsys.exit(main())"], capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         "dpt: error: the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' (missing: gym_aloha)"], r.stderr
     env = {**os.environ, "MUJOCO_GL": "osmesa"}    # osmesa cannot start on this machine
