@@ -77,7 +77,7 @@ def steady(df: pd.DataFrame, warmup="auto") -> pd.DataFrame:
     while i < len(df) // 3 and s[i] < 0.8 * np.nanmedian(s[i + 1:]): i += 1
     return df.iloc[i:]
 
-CONTENDED_CPU_SHARE = 0.7   # a CPU rank below this share of its threads' time was starved (quiet runs here: 0.82-1.0)
+CONTENDED_CPU_SHARE = 0.75  # a CPU rank below this share of its threads' time was starved (quiet here: 0.82-1.0; 3 busy processes on 2 cores: 0.67)
 CONTENDED_LOAD = 1.5        # 1-minute load average per core
 NOISY_SPREAD = 0.3          # interquartile range / median of the windows' samples/s
 

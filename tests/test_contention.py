@@ -39,8 +39,9 @@ def test_quiet_and_busy_machine(merged, tmp_path):
     ok = abs(b.speedup[2] / q.speedup[2] - 1) <= 0.15
     assert ok or b.flag[2], f"busy speed-up {b.speedup[2]:.2f} vs quiet {q.speedup[2]:.2f}, unflagged"
     assert not (b.efficiency[2] > 1.1 and not b.flag[2])
-    assert b.contended.all(), busy[["world_size", "cpu_share", "contended_reason"]].to_string()   # the load was seen
-    assert "thread(s)' time" in b.contended_reason[1]
+    # the load was seen: 2 ranks + 2 busy loops on 2 cores get ~half a core each; a lone rank beside them ~2/3
+    assert b.contended[2] and "thread(s)' time" in b.contended_reason[2], busy[["world_size", "cpu_share", "contended_reason"]].to_string()
+    assert b.cpu_share[1] < 0.8 and b.cpu_share[2] < 0.6
     # each repeat's log says how many threads it had and the share of them it got
     log = read_log(tmp_path / "busy" / "world1-1")
     assert {"threads", "cpu_share", "load", "train_s"} <= set(log.columns) and log.cpu_share.median() < 0.7
