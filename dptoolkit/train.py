@@ -142,7 +142,7 @@ def _cores() -> int:
 
 def cpu_threads(T, local_ranks: int) -> int:
     """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores split over its
-    `local_ranks` ranks, so a 1-process baseline and an N-process run use the same total threads (the report chapter)."""
+    `local_ranks` ranks (a run on its own uses the machine; timing sweeps pass 1 per rank: the report chapter says why)."""
     n = OmegaConf.select(T, "cpu_threads", default="auto")
     return max(1, _cores() // max(1, local_ranks)) if n in (None, "auto") else max(1, int(n))
 
