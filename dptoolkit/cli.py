@@ -10,9 +10,9 @@ from pathlib import Path
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config', 'cmd_train',
-           'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export',
-           'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main', 'threading_main']
+__all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config', 'count', 'count0',
+           'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm',
+           'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main', 'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -85,6 +85,20 @@ def cmd_config(a):
     n = a.nprocs or resolve_devices().nprocs
     print(OmegaConf.to_yaml(cfg), end="")
     print(f"# plan for {n} process(es)\n" + "\n".join(f"#   {k}: {v}" for k, v in plan(cfg, n).__dict__.items()))
+
+def _at_least(text: str, low: int) -> int:
+    try: v = int(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < low: raise argparse.ArgumentTypeError(f"{v} is not a count ≥ {low}")
+    return v
+
+def count(text: str) -> int:
+    "argparse type: an integer ≥ 1 (argparse names the flag as typed: `argument --nprocs: 0 is not a count ≥ 1`)."
+    return _at_least(text, 1)
+
+def count0(text: str) -> int:
+    "argparse type: an integer ≥ 0."
+    return _at_least(text, 0)
 
 def _scheduler_env():
     "torchrun's variables, or an srun step's mapped to them (launch.rank_env); sets them in os.environ. None: a plain process."
@@ -306,14 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
     d = sub.add_parser("demo", help="the whole pipeline on the bundled data/: merge → config → train → report")
     d.add_argument("--out", default="dpt-demo", help="output folder (default ./dpt-demo)")
-    d.add_argument("--nprocs", type=int, help="processes for the parallel run (default: 2 on CPU, all GPUs)")
-    d.add_argument("--steps", type=int, default=500, help="steps of the parallel run (the 1-process timing run: a fifth)")
+    d.add_argument("--nprocs", type=count, help="processes for the parallel run (default: 2 on CPU, all GPUs)")
+    d.add_argument("--steps", type=count, default=500, help="steps of the parallel run (the 1-process timing run: a fifth)")
     d.add_argument("--config", default="test")
     d.add_argument("--overwrite", action="store_true"); d.add_argument("--no-progress", action="store_true")
     d.set_defaults(fn=cmd_demo)
     s = sub.add_parser("sample-data", help="write small, realistic sample task stores")
-    s.add_argument("dest"); s.add_argument("--tasks", type=int, default=3); s.add_argument("--episodes", type=int, default=6)
-    s.add_argument("--dim", type=int, default=14); s.add_argument("--image", action="store_true")
+    s.add_argument("dest"); s.add_argument("--tasks", type=count, default=3); s.add_argument("--episodes", type=count, default=6)
+    s.add_argument("--dim", type=count, default=14); s.add_argument("--image", action="store_true")
     s.add_argument("--seed", type=int, default=0); s.add_argument("--overwrite", action="store_true")
     s.set_defaults(fn=cmd_sample_data)
     i = sub.add_parser("inspect", help="summarise a store"); i.add_argument("path"); i.add_argument("--json", action="store_true")
@@ -334,11 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="print the selected, filled config and its plan")
     c.add_argument("path_or_dim"); c.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     c.add_argument("--name", help="packaged config name or YAML path instead of selection by dimension")
-    c.add_argument("--nprocs", type=int); c.set_defaults(fn=cmd_config)
+    c.add_argument("--nprocs", type=count); c.set_defaults(fn=cmd_config)
     t = sub.add_parser("train", help="train on N processes (or under torchrun)")
     t.add_argument("--config", help="packaged config name or YAML path (default: selected by the data's dimension)")
     t.add_argument("--data", help="replay-buffer zarr store"); g = t.add_mutually_exclusive_group()
-    g.add_argument("--nprocs", type=int); g.add_argument("--gpu-ids", help="e.g. 0,2")
+    g.add_argument("--nprocs", type=count); g.add_argument("--gpu-ids", help="e.g. 0,2")
     t.add_argument("--backend", choices=["gloo", "nccl"]); t.add_argument("--out", help="run folder")
     t.add_argument("--resume", action="store_true",
                    help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"); t.add_argument("--no-progress", action="store_true")
@@ -354,9 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes")
     ev.add_argument("run"); ev.add_argument("--data", help="store to evaluate on (default: the run's own)")
     ev.add_argument("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)")
-    ev.add_argument("--windows", type=int, default=256, help="at most this many windows (default 256)")
+    ev.add_argument("--windows", type=count, default=256, help="at most this many windows (default 256)")
     ev.add_argument("--sampler", choices=["ddim", "ddpm"], help="default: the run's own (its config's policy.sampler and steps)")
-    ev.add_argument("--steps", type=int, help="denoising steps (default: the config's; 10 for --sampler ddim)")
+    ev.add_argument("--steps", type=count, help="denoising steps (default: the config's; 10 for --sampler ddim)")
     ev.add_argument("--seed", type=int, default=0); ev.add_argument("--json", action="store_true")
     ev.add_argument("-o", "--output", help="trajectory figure file (PNG)"); ev.add_argument("--no-progress", action="store_true")
     ev.set_defaults(fn=cmd_eval)
@@ -365,11 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
                         epilog="example: dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2")
     sd.add_argument("--task", default="transfer_cube", help="transfer_cube (insertion: not yet)")
-    sd.add_argument("--episodes", type=int, default=50, help="seeds to run (default 50)")
+    sd.add_argument("--episodes", type=count, default=50, help="seeds to run (default 50)")
     sd.add_argument("-o", "--output", required=True, help="the store to write")
     sd.add_argument("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)")
     sd.add_argument("--size", default="96x128", help="camera size HxW (default 96x128)")
-    sd.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sd.add_argument("--workers", type=count, help="worker processes (default: one per core)")
     sd.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     sd.add_argument("--keep-failed", action="store_true", help="store the expert's failed episodes too")
     sd.add_argument("--overwrite", action="store_true", help="replace an existing store")
@@ -380,22 +394,22 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog="example: dpt rollout runs/sim --task transfer_cube --episodes 50 --workers 2 --baselines --video videos/")
     ro.add_argument("run", help="run folder, or expert / hold for a baseline alone")
     ro.add_argument("--task", default="transfer_cube", help="transfer_cube")
-    ro.add_argument("--episodes", type=int, default=10, help="episodes (default 10)")
-    ro.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    ro.add_argument("--episodes", type=count, default=10, help="episodes (default 10)")
+    ro.add_argument("--workers", type=count, help="worker processes (default: one per core)")
     ro.add_argument("--seed", type=int, default=1000, help="first seed (default 1000)")
-    ro.add_argument("--max-steps", type=int, default=400, help="steps per episode (default 400)")
+    ro.add_argument("--max-steps", type=count, default=400, help="steps per episode (default 400)")
     ro.add_argument("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds")
     ro.add_argument("--video", help="folder for mp4 videos of the first --videos episodes")
-    ro.add_argument("--videos", type=int, default=2, help="episodes to film with --video (default 2)")
+    ro.add_argument("--videos", type=count0, default=2, help="episodes to film with --video (default 2)")
     ro.add_argument("--json", action="store_true", help="print the results as JSON"); ro.add_argument("--no-progress", action="store_true", help="no progress bar")
     ro.set_defaults(fn=cmd_rollout)
     sl = sub.add_parser("slurm", help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue")
-    sl.add_argument("--nodes", type=int, default=1); sl.add_argument("--gpus-per-node", type=int, default=1)
+    sl.add_argument("--nodes", type=count, default=1); sl.add_argument("--gpus-per-node", type=count, default=1)
     sl.add_argument("--cpu", action="store_true", help="no GPUs: each node's ranks are CPU processes with gloo")
     sl.add_argument("--partition"); sl.add_argument("--time", help="e.g. 24:00:00"); sl.add_argument("--account")
     sl.add_argument("--requeue", action="store_true", help="requeue the job after a preemption signal and resume")
-    sl.add_argument("--grace", type=int, default=120, help="seconds between Slurm's USR1 and the end (default 120)")
-    sl.add_argument("--job-name", default="dpt-train"); sl.add_argument("--cpus-per-task", type=int)
+    sl.add_argument("--grace", type=count, default=120, help="seconds between Slurm's USR1 and the end (default 120)")
+    sl.add_argument("--job-name", default="dpt-train"); sl.add_argument("--cpus-per-task", type=count)
     sl.add_argument("-o", "--output", default="dpt-train.sbatch", help="script file (default ./dpt-train.sbatch)")
     sl.add_argument("--submit", action="store_true", help="run sbatch and print the job id")
     sl.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS", help="arguments of dpt train, after --")

@@ -59,7 +59,52 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_pr
             "logging.wandb.mode": ("online", "offline", "disabled"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device")}
 _AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
+_AUTO_OR_NUM = ("training.stall_timeout_s",)                           # "auto" or a number of seconds (null: off)
 _TRISTATE = ("training.resume", "training.compile")   # true | false | auto
+# numbers checked before any process starts: key -> (kind, low, high, low inclusive, None allowed); kind int / num / ints
+_RANGES = {
+    "dataloader.batch_size": ("int", 1, None, True, False), "dataloader.prefetch_factor": ("int", 1, None, True, True),
+    "horizon": ("int", 1, None, True, False), "n_obs_steps": ("int", 1, None, True, False),
+    "n_action_steps": ("int", 1, None, True, False), "pad_before": ("int", 0, None, True, True), "pad_after": ("int", 0, None, True, True),
+    "task.dataset.val_ratio": ("num", 0, 1, True, False), "task.dataset.split_seed": ("int", 0, None, True, True),
+    "optimizer.lr": ("num", 0, None, False, False), "optimizer.eps": ("num", 0, None, False, False),
+    "optimizer.weight_decay": ("num", 0, None, True, False), "optimizer.betas": ("nums", 0, 1, True, False),
+    "training.seed": ("int", 0, None, True, False), "training.num_epochs": ("int", 1, None, True, False),
+    "training.max_steps": ("int", 1, None, True, True), "training.lr_warmup_steps": ("int", 0, None, True, False),
+    "training.gradient_accumulate_every": ("int", 1, None, True, False), "training.grad_clip": ("num", 0, None, False, True),
+    "training.grad_spike": ("num", 1, None, False, True), "training.compile_check_rtol": ("num", 0, None, False, True),
+    "training.stop_grace_s": ("num", 0, None, False, False), "training.log_every": ("int", 1, None, True, False),
+    "training.checkpoint_every": ("int", 0, None, True, False), "training.keep_checkpoints": ("int", 1, None, True, False),
+    "training.val_every": ("int", 0, None, True, False), "training.stall_timeout_s": ("num", 0, None, False, True),
+    "ema.power": ("num", 0, None, False, False), "ema.min_value": ("num", 0, 1, True, False), "ema.max_value": ("num", 0, 1, False, False),
+    "ddp.bucket_cap_mb": ("num", 0, None, False, False), "ddp.timeout_s": ("num", 0, None, False, False),
+    "policy.num_train_timesteps": ("int", 1, None, True, False), "policy.num_inference_steps": ("int", 1, None, True, False),
+    "policy.down_dims": ("ints", 1, None, True, False), "policy.kernel_size": ("int", 1, None, True, False),
+    "policy.n_groups": ("int", 1, None, True, False), "policy.diffusion_step_embed_dim": ("int", 1, None, True, False)}
+_HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
+_MISSING = object()
+
+def _check_range(key, v, rule):
+    "One clear line for a number of the wrong type or out of its range (checked before any process starts)."
+    kind, lo, hi, lo_in, nullable = rule
+    if v == "auto" and key in _AUTO_OR_NUM: return
+    if v is None:
+        if nullable: return
+        raise ConfigError(f"{key}=null: expected a number")
+    if kind in ("ints", "nums"):
+        if not isinstance(v, (list, ListConfig)) or not len(v):
+            raise ConfigError(f"{key}={v!r}: expected a list of numbers")
+        for i, x in enumerate(v): _check_range(f"{key}[{i}]", x, (kind[:-1], lo, hi, lo_in, False))
+        return
+    ok_type = isinstance(v, int) if kind == "int" else isinstance(v, (int, float))
+    if not ok_type or isinstance(v, bool):
+        raise ConfigError(f"{key}={v!r}: expected " + ("auto, a number of seconds or null" if key in _AUTO_OR_NUM else
+                                                       "an integer" if kind == "int" else "a number"))
+    hi_in = key in _HIGH_INCLUSIVE
+    if (v < lo if lo_in else v <= lo) or (hi is not None and (v > hi if hi_in else v >= hi)):
+        what = (f"at least {lo}" if lo_in else f"greater than {lo}") if hi is None else \
+               f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
+        raise ConfigError(f"{key}={v!r}: must be {'in ' * (hi is not None)}{what}" + (" (or null)" if nullable else ""))
 
 def _all_keys(cfg, prefix=""):
     for k, v in cfg.items():
@@ -93,6 +138,7 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
         try: new = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError: new = raw
         if key in _AUTO_OR_INT and (new == "auto" or isinstance(new, int) and not isinstance(new, bool)): old = new
+        if key in _AUTO_OR_NUM: old = new                # check_config names what it expects
         if isinstance(old, str) and isinstance(new, (int, float)) and not isinstance(new, bool): new = raw  # names like 123
         if isinstance(old, float) and isinstance(new, str):  # YAML 1.1 reads 2e-4 as a string
             try: new = float(new)
@@ -119,9 +165,9 @@ def check_config(cfg: DictConfig):
         v = OmegaConf.select(cfg, key)
         if v is not None and v != "auto" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             raise ConfigError(f"{key}={v!r}: expected auto or a count (0 or more)")
-    for key in ("dataloader.batch_size", "training.gradient_accumulate_every", "horizon", "n_obs_steps", "n_action_steps"):
-        v = OmegaConf.select(cfg, key)
-        if v is not None and v < 1: raise ConfigError(f"{key}={v}: must be at least 1")
+    for key, rule in _RANGES.items():
+        v = OmegaConf.select(cfg, key, default=_MISSING)
+        if v is not _MISSING: _check_range(key, v, rule)
     if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
         raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed horizon={cfg.horizon}")
 

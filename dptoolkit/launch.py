@@ -13,8 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 # %% auto #0
-__all__ = ['LaunchError', 'launched', 'progress', 'launch', 'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port',
-           'rank_env']
+__all__ = ['LaunchError', 'launched', 'progress', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch', 'world_info',
+           'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
 
 # %% ../nbs/06_launch.ipynb #aa8bad2a
 class LaunchError(RuntimeError):
@@ -170,18 +170,187 @@ class _Bar:
 _preloaded = set()
 
 def _context(start_method):
+    # ranks stopped by force (a stall, a failure) leave their semaphores to the resource tracker, which frees them and
+    # warns about "leaked semaphore objects" at exit: expected there, so the tracker (which takes this interpreter's
+    # -W flags when it starts) is told not to
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    if quiet not in sys.warnoptions: sys.warnoptions.append(quiet)
     ctx = mp.get_context(start_method)
     if start_method == "forkserver" and "forkserver" not in _preloaded:
         ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "dptoolkit.launch"])
         _preloaded.add("forkserver")
     return ctx
 
+# %% ../nbs/06_launch.ipynb #5d1800b2
+_PHASES = {"start": "starting up", "data": "waiting for its next batch (data loader)", "step": "in forward/backward or its all-reduce",
+           "log": "in the log step's all-reduce", "val": "computing the validation loss", "save": "writing a checkpoint",
+           "end": "finishing"}
+
+def _raw_store(store):
+    "The store under any PrefixStore wrappers (the process group's default store is one): keys are then the same everywhere."
+    while isinstance(store, dist.PrefixStore): store = store.underlying_store
+    return store
+
+class Heartbeat:
+    """A rank's pulse. The loop sets `progress` (optimizer steps) and `phase` (a `_PHASES` key): host attributes, no
+    sync. A daemon thread publishes them every `every` s as `dpt/beat/<rank>` in `store`; when a watch asks
+    (`dpt/dump`), it writes this process's Python stacks to `dump_dir/stacks-rank<rank>.txt` (`faulthandler`)."""
+    def __init__(self, store, rank: int, every: float = 2.0, dump_dir=None):
+        self.store, self.rank, self.every, self.dump_dir = _raw_store(store), rank, every, dump_dir
+        self.progress, self.phase, self.seq, self._stop = 0, "start", 0, threading.Event()
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self._thread = threading.Thread(target=self._run, name=f"dpt-heartbeat{rank}", daemon=True)
+        self._thread.start()
+
+    def publish(self):
+        import json
+        self.seq += 1
+        self.store.set(f"dpt/beat/{self.rank}", json.dumps(dict(seq=self.seq, progress=self.progress, phase=self.phase,
+                                                                 pid=self.pid, host=self.host)))
+
+    def _run(self):
+        dumped = False
+        while not self._stop.is_set():
+            try:
+                self.publish()
+                if not dumped and self.store.check(["dpt/dump"]):
+                    dumped = True; self._dump()
+            except Exception: return   # the store is gone (the run ended or the launcher died): nothing to report to
+            self._stop.wait(self.every)
+
+    def _dump(self):
+        import faulthandler
+        from pathlib import Path
+        if self.dump_dir is None: faulthandler.dump_traceback(all_threads=True); return
+        f = Path(self.dump_dir) / f"stacks-rank{self.rank}.txt"
+        with open(f, "w") as out:
+            out.write(f"rank {self.rank}, pid {self.pid} on {self.host}, step {self.progress}, {_PHASES.get(self.phase, self.phase)}\n")
+            out.flush(); faulthandler.dump_traceback(out, all_threads=True)
+        self.store.set(f"dpt/dumped/{self.rank}", str(f))
+
+    def close(self):
+        self.phase = "end"
+        try: self.publish()
+        except Exception: pass
+        self._stop.set()
+
+def _proc_state(pid: int) -> str | None:
+    "The state line of /proc/<pid>/status ('T (stopped)', 'S (sleeping)', ...); None where it cannot be read."
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("State:"): return line.split(":", 1)[1].strip()
+    except OSError: return None
+
+class StallWatch:
+    """Reads the ranks' heartbeats from `store`; `poll()` returns a one-line report once no rank has advanced for
+    `timeout` s (`auto`: max(`floor`, 20 × the slowest step seen)), else None. Arms when every rank has entered its
+    loop (or one has made a step, which needs them all); disarms when one finishes."""
+    def __init__(self, store, world: int, timeout="auto", floor: float = 120.0, every: float = 2.0):
+        self.store, self.world, self.timeout, self.floor, self.every = _raw_store(store), world, timeout, floor, every
+        self.beats, self.seen_at, self.slowest = {}, {}, 0.0
+        self.moved_at, self.last_progress = None, None
+
+    def limit(self) -> float:
+        return float(self.timeout) if self.timeout not in (None, "auto") else max(self.floor, 20 * self.slowest)
+
+    def _read(self, now):
+        import json
+        for r in range(self.world):
+            key = f"dpt/beat/{r}"
+            if not self.store.check([key]): continue
+            b = json.loads(self.store.get(key))
+            old = self.beats.get(r)
+            if old is None or b["seq"] != old["seq"]: self.seen_at[r] = now
+            self.beats[r] = b
+
+    def poll(self, now=None) -> str | None:
+        now = time.monotonic() if now is None else now
+        try: self._read(now)
+        except Exception: return None
+        started = any(b["progress"] > 0 for b in self.beats.values()) or all(b["phase"] != "start" for b in self.beats.values())
+        if len(self.beats) < self.world or not started: return None   # a first step needs every rank: all are in the loop
+        if any(b["phase"] == "end" for b in self.beats.values()): self.moved_at = None; return None
+        progress = sum(b["progress"] for b in self.beats.values())
+        if progress != self.last_progress or self.moved_at is None:
+            if self.moved_at is not None and self.last_progress is not None and progress > self.last_progress:
+                self.slowest = max(self.slowest, (now - self.moved_at) * self.world / (progress - self.last_progress))
+            self.moved_at, self.last_progress = now, progress
+            return None
+        if now - self.moved_at < self.limit(): return None
+        return self.report(now)
+
+    def silent(self, now) -> list:
+        "Ranks whose heartbeat thread stopped publishing: their whole process is frozen (or gone)."
+        return [r for r in range(self.world) if now - self.seen_at.get(r, now) > max(3 * self.every, 10.0)]
+
+    def describe(self, r, now) -> str:
+        b = self.beats[r]; where = f"pid {b['pid']} on {b['host']}"
+        if r in self.silent(now):
+            state = _proc_state(b["pid"]) if b["host"] == socket.gethostname() else None
+            if state is None and b["host"] == socket.gethostname() and not os.path.exists(f"/proc/{b['pid']}"): state = "gone"
+            return (f"rank {r} ({where}) has not answered for {now - self.seen_at[r]:.0f} s"
+                    + (f", process state {state}" if state else "") + f" (last heard at step {b['progress']})")
+        return f"rank {r} ({where}) is {_PHASES.get(b['phase'], b['phase'])} at step {b['progress']}"
+
+    def culprits(self, now) -> list:
+        silent = self.silent(now)
+        if silent: return silent
+        waiting = [r for r, b in self.beats.items() if b["phase"] == "data"]
+        if waiting and len(waiting) < self.world: return waiting
+        low = min(b["progress"] for b in self.beats.values())
+        behind = [r for r, b in self.beats.items() if b["progress"] == low]
+        return behind if len(behind) < self.world else []
+
+    def report(self, now) -> str:
+        bad = self.culprits(now)
+        others = [r for r in range(self.world) if r not in bad]
+        head = (f"no rank has made a training step for {now - self.moved_at:.0f} s (training.stall_timeout_s: "
+                f"{self.limit():.0f} s)")
+        if not bad: return head + ": every rank is waiting in a collective (" + "; ".join(self.describe(r, now) for r in range(self.world)) + ")"
+        return (head + ": " + "; ".join(self.describe(r, now) for r in bad)
+                + (f"; the other rank(s) wait for it ({', '.join(self.describe(r, now) for r in others[:3])}"
+                   + (", …" if len(others) > 3 else "") + ")" if others else ""))
+
+    def ask_for_stacks(self, wait: float = 5.0) -> list:
+        "Ask every live rank to write its Python stacks; the files written within `wait` s."
+        try:
+            self.store.set("dpt/dump", "1")
+            deadline, files = time.monotonic() + wait, {}
+            live = [r for r in range(self.world) if r not in self.silent(time.monotonic())]
+            while time.monotonic() < deadline and len(files) < len(live):
+                for r in live:
+                    if r not in files and self.store.check([f"dpt/dumped/{r}"]): files[r] = self.store.get(f"dpt/dumped/{r}").decode()
+                time.sleep(0.2)
+            return [files[r] for r in sorted(files)]
+        except Exception: return []
+
+def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2.0, exit_code: int = 70):
+    """Under torchrun / Slurm (no launcher of ours): a daemon thread in every rank polls a `StallWatch`; on a stall
+    the lowest rank that is still alive prints the report (`dpt: error: stalled: …`), collects the stacks and exits
+    with `exit_code`, and torchrun stops the other ranks."""
+    watch = StallWatch(store, world, timeout, every=every)
+    def run():
+        while True:
+            time.sleep(every)
+            msg = watch.poll()
+            if msg is None: continue
+            live = [r for r in range(world) if r not in watch.silent(time.monotonic())]
+            if not live or rank != min(live): continue
+            stacks = watch.ask_for_stacks()
+            print(f"dpt: error: stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
+                  + "; stopping the run (the last checkpoint stays 'latest')", file=sys.stderr, flush=True)
+            os._exit(exit_code)
+    threading.Thread(target=run, name="dpt-stallwatch", daemon=True).start()
+    return watch
+
 # %% ../nbs/06_launch.ipynb #09ae2dc0
 def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | None = None,
            start_method: str = "forkserver", port: int | None = None, timeout: float = 1800,
            progress_bar: bool = True, forward_output: bool = True, grace: float = 3.0, env: dict | None = None,
-           stop_grace: float = 120.0, **kwargs):
-    "Run `fn(*args, **kwargs)` on `nprocs` ranks (or one per id in `gpu_ids`) with a process group; return rank 0's result."
+           stop_grace: float = 120.0, stall_timeout="auto", **kwargs):
+    """Run `fn(*args, **kwargs)` on `nprocs` ranks (or one per id in `gpu_ids`) with a process group; return rank 0's result.
+    `stall_timeout`: ranks that publish a `Heartbeat` (training does) and make no progress for that long (auto: see
+    `StallWatch`; None: never) are named in a `LaunchError` and stopped."""
     if gpu_ids is not None:
         gpu_ids = [int(g) for g in (gpu_ids.split(",") if isinstance(gpu_ids, str) else gpu_ids)]
         if nprocs is not None and nprocs != len(gpu_ids):
@@ -204,6 +373,8 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
     ctx = _context(start_method)
     procs, conns = [], {}
     bar = _Bar(progress_bar)
+    watch = StallWatch(store, nprocs, stall_timeout) if stall_timeout is not None else None
+    next_poll = 0.0
     result, failure, pending_out, ok = None, None, {}, False
     stop_at, old_handlers = {}, {}
     def forward(signum, frame):
@@ -254,6 +425,16 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                 failure = LaunchError(f"the ranks did not stop within {stop_grace:g} s of {stop_at['name']}; they were killed")
                 break
             ready = mpc.wait(list(conns) + list(sentinels), timeout=1.0)
+            stalled = None
+            if watch is not None and time.monotonic() >= next_poll:   # about once a second, busy output or not
+                next_poll = time.monotonic() + 1.0; stalled = watch.poll()
+            if stalled:
+                stacks = watch.ask_for_stacks()
+                bad = watch.culprits(time.monotonic())
+                failure = LaunchError(f"stalled: {stalled}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
+                                      + "; the ranks were stopped (the last checkpoint stays 'latest')",
+                                      rank=bad[0] if bad else None, cause="stalled")
+                break
             for obj in ready:
                 if obj in conns:
                     try: handle(obj.recv())

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from . import __version__
 from .config import ConfigError, plan as make_plan
 from .dataset import Normalizer, ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
-from .launch import launch, launched, progress
+from .launch import Heartbeat, launch, launched, progress, watch_in_rank
 from .policy import DiffusionPolicy
 from .store import describe
 
@@ -27,7 +27,7 @@ from .store import describe
 __all__ = ['TrainError', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'cpu_threads',
            'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
            'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'lock_run', 'unlock_run',
-           'train_worker', 'RunResult', 'BackgroundRun', 'train']
+           'train_worker', 'RunResult', 'resume_step', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #96512f96
 class TrainError(RuntimeError):
@@ -407,6 +407,20 @@ def unlock_run(run_dir):
     fd = _locks.pop(str(Path(run_dir).absolute()), None)
     if fd is not None: os.close(fd)
 
+class _NoBeat:
+    "A heartbeat for a lone process (no process group, nobody waits on it)."
+    progress, phase = 0, "start"
+    def close(self): pass
+
+def _heartbeat(distributed, rank, world, run_dir, T):
+    "This rank's `Heartbeat`; under torchrun / Slurm also the in-rank stall watch (`launch` hosts its own)."
+    if not distributed: return _NoBeat()
+    store = dist.distributed_c10d._get_default_store()
+    beat = Heartbeat(store, rank, dump_dir=run_dir)
+    timeout = OmegaConf.select(T, "stall_timeout_s", default="auto")
+    if not launched() and timeout is not None: watch_in_rank(store, rank, world, timeout)
+    return beat
+
 def train_worker(cfg) -> dict:
     "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and returns metrics."
     cfg = OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg))
@@ -456,6 +470,7 @@ def train_worker(cfg) -> dict:
     gen = torch.Generator(device=device); gen.manual_seed(T.seed * 1000 + rank)
 
     run_dir = _run_dir(cfg)
+    resume_step(run_dir, T.resume, T.max_steps)   # under torchrun / Slurm this is the first place to refuse it
     if is_main: lock_run(run_dir)                # a second run into this folder is refused until this one ends
     resume = (run_dir / "checkpoints" / "latest").exists() if T.resume == "auto" else bool(T.resume)
     step, epoch, skip_steps, gref = 0, 0, 0, None   # gref: the first log window's median grad norm (training.grad_spike)
@@ -501,14 +516,15 @@ def train_worker(cfg) -> dict:
     fast = cuda_fast_paths(T, device)
     net, compiled = _compile(cfg, model, net, train_ds, p.per_device_batch, device, autocast, precision, is_main)
 
-    devices = [str(device)]
-    if distributed: devices = [None] * world; dist.all_gather_object(devices, str(device))
+    ranks = [dict(device=str(device), host=socket.gethostname(), pid=os.getpid())]   # config.yaml: which process is which rank
+    if distributed: me, ranks = ranks[0], [None] * world; dist.all_gather_object(ranks, me)
+    devices = [r["device"] for r in ranks]
     log_f = None
     if is_main:
         if run_dir.exists() and (run_dir / "logs.jsonl").exists() and not resume and T.resume != "auto":
             raise TrainError(f"{run_dir}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
         run_dir.mkdir(parents=True, exist_ok=True)
-        meta = dict(world_size=world, devices=devices, backend=dist.get_backend() if distributed else None,
+        meta = dict(world_size=world, devices=devices, ranks=ranks, backend=dist.get_backend() if distributed else None,
                     plan=p.__dict__, precision=precision, versions=_versions(), resumed_from=step if resume else None,
                     compile=compiled, cuda_fast_paths=fast or None)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg) + "\n# run\n" + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
@@ -530,6 +546,7 @@ def train_worker(cfg) -> dict:
         out = [None] * world; dist.all_gather_object(out, st); return out
 
     def save():
+        beat.phase = "save"
         if T.on_nonfinite == "stop" and not _params_finite(model, ema):
             raise TrainError(f"step {step}: the model's weights are not finite (training diverged); no checkpoint was written. "
                              + _last_good(run_dir, p.lr))
@@ -542,6 +559,7 @@ def train_worker(cfg) -> dict:
             _write_checkpoint(run_dir, step, model, ema, state, int(T.keep_checkpoints))
 
     # the loop
+    beat = _heartbeat(distributed, rank, world, run_dir, T)   # progress and phase for the stall watchdog (host attributes)
     stop = StopSignal(T.stop_signals)                          # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
     t_start = time.perf_counter(); t_win = t_start
     c_win, val_s, threads = time.process_time(), 0.0, torch.get_num_threads()   # contention: CPU seconds / thread-seconds
@@ -556,9 +574,9 @@ def train_worker(cfg) -> dict:
     while step < total and not stopping:
         loader.set_epoch(epoch, skip_batches=skip_steps * p.grad_accum); skip_steps = 0
         micro, loss_acc = 0, 0.0
-        t_data = time.perf_counter()
+        t_data = time.perf_counter(); beat.phase = "data"
         for batch in loader:
-            data_wait += time.perf_counter() - t_data
+            data_wait += time.perf_counter() - t_data; beat.phase = "step"
             batch = _to(batch, device)
             micro += 1
             last = micro % p.grad_accum == 0
@@ -569,14 +587,14 @@ def train_worker(cfg) -> dict:
                 (scaler.scale(loss) if scaler else loss).backward()
             loss_acc = loss_acc + loss.detach()
             if not last:
-                t_data = time.perf_counter(); continue
+                t_data = time.perf_counter(); beat.phase = "data"; continue
             if scaler: scaler.unscale_(opt)
             gn = _grad_norm(params, T.grad_clip)
             if scaler: scaler.step(opt); scaler.update()
             else: opt.step()
             opt.zero_grad(set_to_none=True); sched.step()
             if ema is not None: ema.update_parameters(model)
-            step += 1; step_in_epoch += 1
+            step += 1; step_in_epoch += 1; beat.progress = step
             gn = gn.detach().double()
             win[0] += loss_acc; win[1] += gn; win[3] += 1; win[5] += torch.isfinite(loss_acc); loss_acc = 0.0
             win[6] = torch.maximum(win[6], gn); win[7 + in_win] = gn; in_win += 1
@@ -584,6 +602,7 @@ def train_worker(cfg) -> dict:
             if step % T.log_every == 0 or step == total or val_due:
                 win[2] = data_wait; win[4] = float(stop.received is not None)
                 win[7 + L + rank] = (time.process_time() - c_win) / max(time.perf_counter() - t_win, 1e-9) / threads
+                beat.phase = "log"
                 if distributed: dist.all_reduce(win)   # the one collective of a log step: metrics and stop votes together
                 w = win.tolist()                       # the one host read of a log step (waits for the queued work)
                 now = time.perf_counter()
@@ -600,7 +619,7 @@ def train_worker(cfg) -> dict:
                            load=os.getloadavg()[0] / _cores())
                 if is_main:
                     if val_due:   # validation time is kept out of both timing windows (and out of train_s)
-                        t_val = time.perf_counter()
+                        t_val = time.perf_counter(); beat.phase = "val"
                         rec["val_loss"] = _val_loss(ema.module if ema is not None else model, val_ds, p.per_device_batch, device, autocast, T.seed)
                         val_s += time.perf_counter() - t_val
                     log_f.write(strict_json(rec) + "\n"); trackers.log(rec)
@@ -613,10 +632,10 @@ def train_worker(cfg) -> dict:
                 last_log = rec; win.zero_(); in_win = 0; data_wait = 0.0; t_win = time.perf_counter(); c_win = time.process_time()
             if T.checkpoint_every and step % T.checkpoint_every == 0 and step < total: save()
             if step >= total or step_in_epoch >= steps_per_epoch or stopping: break
-            t_data = time.perf_counter()
+            t_data = time.perf_counter(); beat.phase = "data"
         if step_in_epoch >= steps_per_epoch: epoch += 1; step_in_epoch = 0
     save()
-    stop.restore()
+    stop.restore(); beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
     if stopping and is_main: print(f"stopped by {stopping} at step {step}/{total}: checkpoint {run_dir / 'checkpoints' / f'step_{step:06d}'}; "
                                     f"resume with training.resume=auto (dpt train --resume)", flush=True)
 
@@ -667,6 +686,20 @@ def _check_run_dir(rd: Path, resume):
     if resume is True: latest_checkpoint(rd)
     elif not resume and (rd / "logs.jsonl").exists():
         raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
+
+def resume_step(rd: Path, resume, max_steps) -> int | None:
+    """The step a resumed run would start from (None when it starts afresh). Refuses, before any process starts, a
+    `training.max_steps` below it, and an explicit resume of a run that already reached it (nothing would train)."""
+    latest = Path(rd) / "checkpoints" / "latest"
+    if not resume or not latest.exists(): return None
+    name = latest.read_text().strip()
+    try: step = int(name.removeprefix("step_"))
+    except ValueError: return None   # an imported checkpoint's folder: its state says
+    if max_steps is not None and (step > max_steps or step == max_steps and resume is True):
+        raise TrainError(f"{rd}: resume: the run is already at step {step} ({latest.parent.name}/{name}), "
+                         f"{'past' if step > max_steps else 'at'} training.max_steps={max_steps}; set training.max_steps above "
+                         f"{step} to train further, or start a new run folder")
+    return step
 
 class BackgroundRun:
     """A run started by `train(..., wait=False)`: a `dpt train` process beside the kernel (its own session, so
@@ -723,6 +756,8 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     """Train `cfg` on `nprocs` processes (GPUs if present, else CPU with gloo) through `launch`; returns a `RunResult`.
     `wait=False` returns at once with a `BackgroundRun` handle while the run trains beside the kernel."""
     from dptoolkit.config import apply_overrides, resolve_devices
+    if nprocs is not None and (not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1):
+        raise TrainError(f"nprocs={nprocs!r}: must be an integer ≥ 1 (or None: every visible GPU, else 1 CPU process)")
     cfg = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(cfg, True)
     apply_overrides(cfg, overrides)
     want_cpu = cfg.training.device == "cpu"
@@ -736,10 +771,15 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     if cfg.task.dataset.zarr_path: check_store_shapes(cfg, describe(cfg.task.dataset.zarr_path))
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     _check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
+    at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
+    if at is not None and at == cfg.training.max_steps and (rd / "result.json").exists():   # resume=auto, nothing left
+        print(f"train: {rd} already finished at step {at} = training.max_steps; nothing to train (raise it to continue)")
+        return RunResult(rd, json.loads((rd / "result.json").read_text()))
     if not wait: return _start_background(cfg, rd, dev, backend)
     prepare_cache(cfg, progress=progress)           # storage mmap: the machine's decoded cache, built once, with a progress bar here
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,
-                     stop_grace=float(cfg.training.stop_grace_s), **launch_kw)
+                     stop_grace=float(cfg.training.stop_grace_s),
+                     stall_timeout=OmegaConf.select(cfg, "training.stall_timeout_s", default="auto"), **launch_kw)
     return RunResult(rd, metrics)

@@ -232,6 +232,33 @@ def _(tmp):
 def _(tmp):
     raises(ConfigError, "global batch 10 is not divisible by world size 4", plan, load_config("test", ["dataloader.batch_size=10"]), 4)
 
+@row("C6", "config", "a log interval of 0 (`training.log_every=0`)", "training.log_every=0: must be at least 1")
+def _(tmp, store):
+    raises(ConfigError, "training.log_every=0: must be at least 1", load_config, "test", ["training.log_every=0"])
+    raises(ConfigError, "training.log_every=0: must be at least 1", train, for_store(store, name="test"), nprocs=1,
+           run_dir=tmp / "r", progress=False, overrides=["training.log_every=0"])
+    assert not (tmp / "r").exists()
+
+@row("C7", "config", "a negative learning rate (`optimizer.lr=-1`)", "optimizer.lr=-1: must be greater than 0")
+def _(tmp):
+    raises(ConfigError, "optimizer.lr=-1: must be greater than 0", load_config, "test", ["optimizer.lr=-1"])
+
+@row("C8", "config", "a negative step count (`training.max_steps=-5`)", "training.max_steps=-5: must be at least 1 (or null)")
+def _(tmp):
+    raises(ConfigError, "training.max_steps=-5: must be at least 1 (or null)", load_config, "test", ["training.max_steps=-5"])
+
+@row("C9", "config", "an out-of-range value in a YAML file (`ema.max_value: 1.5`)", "ema.max_value=1.5: must be in (0, 1]")
+def _(tmp):
+    text = (ROOT / "dptoolkit/configs/test.yaml").read_text().replace("max_value: 0.9999", "max_value: 1.5")
+    (tmp / "c.yaml").write_text(text)
+    raises(ConfigError, "ema.max_value=1.5: must be in (0, 1]", load_config, tmp / "c.yaml")
+
+@row("C10", "config", "a value edited in a notebook after loading (`cfg.optimizer.betas = [0.9, 1.2]`)", "optimizer.betas[1]=1.2: must be in [0, 1)")
+def _(tmp, store):
+    cfg = for_store(store, name="test"); cfg.optimizer.betas = [0.9, 1.2]
+    raises(ConfigError, "optimizer.betas[1]=1.2: must be in [0, 1)", train, cfg, nprocs=1, run_dir=tmp / "r", progress=False)
+    assert not (tmp / "r").exists()
+
 
 # ---------------------------------------------------------------- train
 def _cfg(store, **kw):
@@ -297,6 +324,21 @@ def _(tmp, store):
 @row("T9", "train", "a diverging loss (`optimizer.lr=1e6`)", "TrainError: step 25: loss is nan … step_000020, stays 'latest'", "good checkpoints only; 'latest' loads with finite weights")
 def _(tmp):
     pytest.skip("tested end to end by tests/test_trust.py::test_diverging_run_stops_and_keeps_the_last_good_checkpoint")
+
+@row("T10", "train", "`--resume` with `training.max_steps` below the run's step (4 → 2)", "the run is already at step 4 (checkpoints/step_000004), past training.max_steps=2; set training.max_steps above 4", "the old run, untouched")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r"); before = files(rd)
+    for steps, says in ((2, "past training.max_steps=2; set training.max_steps above 4"), (4, "at training.max_steps=4")):
+        raises(TrainError, says, train, finished[1], nprocs=1, run_dir=rd, resume=True, progress=False,
+               overrides=["training.device=cpu", f"training.max_steps={steps}"])
+    assert files(rd) == before
+    # resume=auto (a requeued Slurm job) on a finished run: nothing to train, the run's own result, no process started
+    res = train(finished[1], nprocs=1, run_dir=rd, resume="auto", progress=False, overrides=["training.device=cpu", "training.max_steps=4"])
+    assert res.metrics["steps"] == 4 and files(rd) == before
+
+@row("T11", "train", "`train(cfg, nprocs=0)` in a notebook", "nprocs=0: must be an integer ≥ 1")
+def _(tmp, store):
+    raises(TrainError, "nprocs=0: must be an integer ≥ 1", train, _cfg(store), nprocs=0, run_dir=tmp / "r", progress=False)
 
 
 # ---------------------------------------------------------------- launch
@@ -368,6 +410,18 @@ def _(tmp):
 def _(tmp, store):
     _cli("train", "--config", "test", "--data", store, "--out", tmp / "r", "training.max_step=5", says="unknown config key 'training.max_step'")
     assert not (tmp / "r").exists()
+
+@row("X5", "CLI", "`dpt train --nprocs 0`", "dpt: error: argument --nprocs: 0 is not a count ≥ 1")
+def _(tmp, store):
+    _cli("train", "--data", store, "--out", tmp / "r", "--nprocs", 0, says="argument --nprocs: 0 is not a count ≥ 1", code=2)
+    assert not (tmp / "r").exists()
+
+@row("X6", "CLI", "`dpt train --resume training.max_steps=2` on a run at step 4", "dpt: error: …: resume: the run is already at step 4", "the old run, untouched")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r"); before = files(rd)
+    _cli("train", "--config", "test", "--data", finished[1].task.dataset.zarr_path, "--out", rd, "--nprocs", 1, "--resume",
+         "training.max_steps=2", "training.device=cpu", says="resume: the run is already at step 4")
+    assert files(rd) == before
 
 
 @pytest.fixture(scope="module")

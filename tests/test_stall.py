@@ -1,0 +1,86 @@
+"""Issue 29: a rank that stops making progress is named, the run is stopped and the last checkpoint stays 'latest'.
+
+A real 2-rank CPU run (`dpt train --nprocs 2`, and the same under torchrun), one rank frozen with SIGSTOP the way a hung
+NCCL call or a stuck data worker looks from outside; `training.stall_timeout_s=15` so the test waits seconds, not the
+default two minutes."""
+import os, signal, socket, subprocess, sys, time
+
+import pytest
+import yaml
+
+from dptoolkit.store import sample_data
+from dptoolkit.train import latest_checkpoint, load_checkpoint
+
+ARGS = ["--config", "test", "--no-progress", "training.max_steps=100000", "training.checkpoint_every=20",
+        "training.log_every=10", "training.stall_timeout_s=15", "training.device=cpu"]
+
+
+def _free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    return port
+
+
+def _stall_rank1(cmd, rd, limit=150):
+    "Start the run, SIGSTOP rank 1 once a checkpoint exists; returns (process, rank-1 pid, latest, seconds to the end, stderr)."
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        t0 = time.time()
+        while not (rd / "checkpoints" / "latest").exists():
+            assert p.poll() is None and time.time() - t0 < 240, p.communicate()
+            time.sleep(0.3)
+        meta = yaml.safe_load((rd / "config.yaml").read_text().split("# run\n")[1])["run"]
+        pid = meta["ranks"][1]["pid"]
+        assert meta["ranks"][1]["host"] == socket.gethostname()
+        latest = (rd / "checkpoints" / "latest").read_text()
+        os.kill(pid, signal.SIGSTOP); t1 = time.time()
+        out, err = p.communicate(timeout=limit)
+        return p, pid, latest, time.time() - t1, err
+    finally:
+        if p.poll() is None: p.kill(); p.communicate()
+
+
+def _check_outcome(rd, pid, latest, err):
+    lines = [l for l in err.splitlines() if "stalled:" in l]
+    assert len(lines) == 1, err[-3000:]
+    line = lines[0]
+    assert line.startswith("dpt: error: stalled: no rank has made a training step for"), line
+    assert f"rank 1 (pid {pid} on {socket.gethostname()}) has not answered for" in line and "process state T (stopped)" in line, line
+    assert "rank 0 (pid" in line and "in forward/backward or its all-reduce" in line, line
+    assert "the last checkpoint stays 'latest'" in line
+    # no rank left behind, the last checkpoint unchanged and loadable, rank 0's stacks in the run folder
+    for _ in range(50):
+        if not os.path.exists(f"/proc/{pid}"): break
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}"), f"rank 1 (pid {pid}) is still there"
+    assert (rd / "checkpoints" / "latest").read_text() == latest
+    ck = load_checkpoint(latest_checkpoint(rd))
+    assert ck["state"]["step"] == int(latest.removeprefix("step_"))
+    stacks = (rd / "stacks-rank0.txt").read_text()
+    assert stacks.startswith("rank 0, pid") and "train_worker" in stacks, stacks[:2000]
+    assert str(rd / "stacks-rank0.txt") in line
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return sample_data(tmp_path_factory.mktemp("s"), tasks=1, episodes=6, seed=3)[0]
+
+
+def test_a_stopped_rank_is_named_and_the_run_stopped_under_launch(store, tmp_path):
+    rd = tmp_path / "run"
+    p, pid, latest, took, err = _stall_rank1(["dpt", "train", "--nprocs", "2", "--data", str(store), "--out", str(rd), *ARGS], rd)
+    assert p.returncode == 1, err[-3000:]
+    assert took < 120, f"named after {took:.0f} s"             # the goal: a stalled rank named within 2 minutes
+    _check_outcome(rd, pid, latest, err)
+    assert "Traceback" not in err and "leaked semaphore" not in err, err[-3000:]
+
+
+def test_a_stopped_rank_is_named_and_the_run_stopped_under_torchrun(store, tmp_path):
+    "No launcher of ours: the ranks' own watch threads; the lowest live rank reports and exits, torchrun stops the rest."
+    rd = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "-m", "dptoolkit.cli", "train", "--data", str(store), "--out", str(rd), *ARGS]
+    p, pid, latest, took, err = _stall_rank1(cmd, rd)
+    assert p.returncode != 0
+    assert took < 120, f"stopped after {took:.0f} s"
+    _check_outcome(rd, pid, latest, err)
