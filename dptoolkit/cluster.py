@@ -43,9 +43,17 @@ def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: boo
         last = max((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), default=len(args) - 1)
         args.insert(last + 1, "training.resume=auto")
     run_abs = str(Path(run).absolute())
-    args = [run_abs if a == run else a for a in args]
+    # every path absolute (the job may start in another folder on another node), and the job starts where it was written
+    paths = {run: run_abs}
+    for flag in ("--data", "--config"):
+        v = _arg_value(args, flag)
+        if v and (flag == "--data" or Path(v).suffix in (".yaml", ".yml") or Path(v).exists()): paths[v] = str(Path(v).absolute())
+    def absolute(a):
+        flag, eq, v = a.partition("=")
+        return flag + eq + paths.get(v, v) if eq and flag in ("--out", "--data", "--config") else paths.get(a, a)
+    args = [absolute(a) for a in args]
     py = python or sys.executable
-    sb = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1"]
+    sb = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--chdir={Path.cwd()}"]
     sb += [f"--cpus-per-task={cpus_per_task or gpus_per_node}"] if cpu else [f"--gpus-per-node={gpus_per_node}"] + (
         [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else [])
     sb += [f"--partition={partition}"] * bool(partition) + [f"--time={time}"] * bool(time) + [f"--account={account}"] * bool(account)
@@ -64,22 +72,28 @@ def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: boo
 # nodes through torch's c10d rendezvous on the first node (127.0.0.1 when there is one node).
 # The run folder {run_abs} must be on a filesystem every node sees (NFS, Lustre, GPFS, ...): every rank reads
 # the same store and config paths, rank 0 writes logs and checkpoints there, and a requeued job resumes from it.
-# Preemption / time limit: Slurm signals this script (USR1) {int(grace)} s ahead; the trap passes SIGTERM to the ranks,
-# which write a checkpoint at their next log step and exit{then}.
+# Preemption / time limit: Slurm signals this script (USR1) {int(grace)} s ahead; the trap writes the run folder's STOP
+# file, and the ranks write a checkpoint at their next log step and exit 0{then}.
 # Watch it from anywhere that sees the folder: dpt report {run_abs}  (or report.watch / read_log in a notebook).
 {sbatch}
 set -uo pipefail
 mkdir -p {q(run_abs)}
 nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )
 head_node=${{nodes[0]}}
+# the address Slurm itself reaches the first node at (NodeAddr), not a host name that may not resolve on the others
+head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+head_node=${{head_addr:-$head_node}}
 [ "$SLURM_NNODES" = 1 ] && head_node=127.0.0.1
 port=$(( 20000 + (SLURM_JOB_ID * 7) % 20000 ))
 preempted=0
 srun_pid=
 on_signal() {{
+  # no signal to the job steps (torchrun would die with a traceback, and scancel retries while Slurm ends the job):
+  # rank 0 sees the STOP file at its next log step, every rank checkpoints and exits 0
+  [ "$preempted" = 1 ] && return
   preempted=1
-  echo "dpt-slurm: $1 at $(date +%T): asking the ranks to checkpoint and stop"
-  scancel --signal=TERM "$SLURM_JOB_ID"   # to the job steps' tasks (torchrun → its ranks), not to this script
+  echo "Slurm's $1" > {q(run_abs)}/STOP
+  echo "dpt-slurm: $1 at $(date +%T): the ranks checkpoint and stop at their next log step"
 }}
 trap 'on_signal USR1' USR1
 trap 'on_signal TERM' TERM
@@ -91,10 +105,12 @@ srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\
 srun_pid=$!
 wait "$srun_pid"; status=$?
 while kill -0 "$srun_pid" 2>/dev/null; do wait "$srun_pid"; status=$?; done   # a trapped signal ends `wait` early
-echo "dpt-slurm: training exited with status $status"
-if [ "$preempted" = 1 ]; then
+latest=$(cat {q(run_abs)}/checkpoints/latest 2>/dev/null || echo none)
+if [ "$preempted" = 1 ] && [ "$status" = 0 ]; then
+  echo "dpt-slurm: stopped on request at $(date +%T); checkpoint $latest"
 {on_stop}
 fi
+echo "dpt-slurm: training exited with status $status (checkpoint $latest)"
 exit $status
 """
 

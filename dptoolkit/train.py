@@ -136,14 +136,24 @@ def load_checkpoint(path) -> dict:
 
 # %% ../nbs/05_train.ipynb #0c42001f
 def _cores() -> int:
-    "CPU cores this process may run on (its affinity mask: a Slurm allocation or taskset, not the whole host)."
-    try: return len(os.sched_getaffinity(0))
-    except AttributeError: return os.cpu_count() or 1
+    """CPU cores this process may run on: its affinity mask (taskset, a cgroup), and no more than Slurm allocated
+    (`SLURM_CPUS_PER_TASK`) where the cluster does not pin tasks to their cores."""
+    try: n = len(os.sched_getaffinity(0))
+    except AttributeError: n = os.cpu_count() or 1
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return min(n, int(slurm)) if slurm.isdigit() and int(slurm) > 0 else n
+
+def _slurm_task_is_rank() -> bool:
+    "An srun task that is itself a rank (no torchrun, no launcher inside it): its CPU allocation is its own."
+    env = os.environ
+    return ("SLURM_PROCID" in env and int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1) > 1
+            and "TORCHELASTIC_RUN_ID" not in env and not launched())
 
 def cpu_threads(T, local_ranks: int) -> int:
     """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores split over its
     `local_ranks` ranks (a run on its own uses the machine; timing sweeps pass 1 per rank: the report chapter says why)."""
     n = OmegaConf.select(T, "cpu_threads", default="auto")
+    if _slurm_task_is_rank(): local_ranks = 1
     return max(1, _cores() // max(1, local_ranks)) if n in (None, "auto") else max(1, int(n))
 
 def _rank_env():
@@ -407,6 +417,11 @@ def unlock_run(run_dir):
     fd = _locks.pop(str(Path(run_dir).absolute()), None)
     if fd is not None: os.close(fd)
 
+def _stop_request(run_dir) -> str | None:
+    "The reason written in the run folder's STOP file (`dpt slurm`'s trap, or `touch RUN/STOP`), or None without one."
+    try: return f"{(run_dir / 'STOP').read_text().strip() or 'a request'} (the run folder's STOP file)"
+    except OSError: return None
+
 class _NoBeat:
     "A heartbeat for a lone process (no process group, nobody waits on it)."
     progress, phase = 0, "start"
@@ -524,6 +539,7 @@ def train_worker(cfg) -> dict:
         if run_dir.exists() and (run_dir / "logs.jsonl").exists() and not resume and T.resume != "auto":
             raise TrainError(f"{run_dir}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
         run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "STOP").unlink(missing_ok=True)   # a stop request is for the run that was going when it was made
         meta = dict(world_size=world, devices=devices, ranks=ranks, backend=dist.get_backend() if distributed else None,
                     plan=p.__dict__, precision=precision, versions=_versions(), resumed_from=step if resume else None,
                     compile=compiled, cuda_fast_paths=fast or None)
@@ -600,7 +616,7 @@ def train_worker(cfg) -> dict:
             win[6] = torch.maximum(win[6], gn); win[7 + in_win] = gn; in_win += 1
             val_due = bool(T.val_every) and step_in_epoch >= steps_per_epoch and (epoch + 1) % T.val_every == 0 and len(val_ds) > 0
             if step % T.log_every == 0 or step == total or val_due:
-                win[2] = data_wait; win[4] = float(stop.received is not None)
+                win[2] = data_wait; win[4] = float(stop.received is not None or is_main and (run_dir / "STOP").exists())
                 win[7 + L + rank] = (time.process_time() - c_win) / max(time.perf_counter() - t_win, 1e-9) / threads
                 beat.phase = "log"
                 if distributed: dist.all_reduce(win)   # the one collective of a log step: metrics and stop votes together
@@ -628,7 +644,8 @@ def train_worker(cfg) -> dict:
                 if T.on_nonfinite == "stop":
                     _check_finite(rec, w[5], scaler is not None, run_dir, p.lr)
                     gref = _check_spike(rec, gref, OmegaConf.select(T, "grad_spike", default=None), run_dir, p.lr)
-                if w[4] > 0: stopping = stop.received or "a signal on another rank"   # every rank agrees on this step
+                if w[4] > 0:   # every rank agrees on this step
+                    stopping = stop.received or (is_main and _stop_request(run_dir)) or "a stop request on another rank"
                 last_log = rec; win.zero_(); in_win = 0; data_wait = 0.0; t_win = time.perf_counter(); c_win = time.process_time()
             if T.checkpoint_every and step % T.checkpoint_every == 0 and step < total: save()
             if step >= total or step_in_epoch >= steps_per_epoch or stopping: break

@@ -144,9 +144,12 @@ def test_dpt_slurm_script_runs_under_sbatch(slurm, merged, tmp_path):
 
 def test_requeued_job_resumes_where_it_stopped(slurm, merged, tmp_path):
     run, script = tmp_path / "run", tmp_path / "job.sbatch"
-    dpt("slurm", "--gpus-per-node", 2, "--cpu", "--requeue", "-o", script, "--", "--config", "test", "--data", merged,
-        "--out", run, "--no-progress", "training.max_steps=300", *OV, check=0, env={"SLURM_CONF": slurm["SLURM_CONF"]})
-    jid = subprocess.run(["sbatch", "--parsable", str(script)], env=slurm, capture_output=True, text=True, check=True).stdout.strip()
+    # a relative --data, written in the store's folder and submitted from another one: the script makes it absolute
+    dpt("slurm", "--gpus-per-node", 2, "--cpu", "--requeue", "-o", script, "--", "--config", "test", "--data", merged.name,
+        "--out", run, "--no-progress", "training.max_steps=300", *OV, check=0, env={"SLURM_CONF": slurm["SLURM_CONF"]},
+        cwd=merged.parent)
+    jid = subprocess.run(["sbatch", "--parsable", str(script)], env=slurm, capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.strip()
     _wait_for(lambda: _log_lines(run) >= 3, 180, "the job's first log lines")
     subprocess.run(["scancel", "--signal=USR1", "--batch", jid], env=slurm, check=True)
     _wait_for(lambda: _job_state(slurm, jid) == "PENDING", 120, "the job to requeue itself")
@@ -161,8 +164,11 @@ def test_requeued_job_resumes_where_it_stopped(slurm, merged, tmp_path):
     show = subprocess.run(["scontrol", "show", "job", jid], env=slurm, capture_output=True, text=True).stdout
     logs = "".join(f"--- {p.name}\n" + p.read_text()[-1500:] for p in Path(slurm["SLURM_CONF"]).parent.glob("slurm*.log"))
     assert _job_state(slurm, jid) == "COMPLETED", show + out[-2000:] + logs
-    stopped = int(out.split("stopped by SIGTERM at step ")[1].split("/")[0])
+    stopped = int(out.split("stopped by Slurm's USR1 (the run folder's STOP file) at step ")[1].split("/")[0])
     assert "requeueing job" in out and "(restart 1)" in out and 0 < stopped < 300
+    # the preemption is one record (no torchrun traceback, no 'exited with status 1'), and the trap is not retried
+    assert "Traceback" not in out and "exited with status 1" not in out and f"stopped on request at" in out, out[-3000:]
+    assert f"checkpoint step_{stopped:06d}" in out
     assert f"resumed_from: {stopped}" in (run / "config.yaml").read_text()     # from the checkpoint written on the signal
     log = read_log(run)
     assert log.step.tolist() == list(range(5, 301, 5))                        # every step once, after de-duplication

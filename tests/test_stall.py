@@ -84,3 +84,30 @@ def test_a_stopped_rank_is_named_and_the_run_stopped_under_torchrun(store, tmp_p
     assert p.returncode != 0
     assert took < 120, f"stopped after {took:.0f} s"
     _check_outcome(rd, pid, latest, err)
+
+
+def test_a_stop_file_checkpoints_and_stops_every_rank(store, tmp_path):
+    "`echo reason > RUN/STOP`: the ranks agree at the next log step, checkpoint and exit 0; a resume clears the file."
+    import json
+    rd = tmp_path / "run"
+    cmd = ["dpt", "train", "--nprocs", "2", "--data", str(store), "--out", str(rd), *ARGS]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        t0 = time.time()
+        while not (rd / "checkpoints" / "latest").exists():
+            assert p.poll() is None and time.time() - t0 < 240, p.communicate()
+            time.sleep(0.3)
+        (rd / "STOP").write_text("end of the day\n")
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None: p.kill(); p.communicate()
+    assert p.returncode == 0, err[-3000:]
+    res = json.loads((rd / "result.json").read_text())
+    assert res["stopped_by"] == "end of the day (the run folder's STOP file)" and not res["completed"]
+    assert (rd / "checkpoints" / "latest").read_text() == f"step_{res['steps']:06d}" and res["steps"] % 10 == 0
+    r = subprocess.run(["dpt", "train", "--nprocs", "1", "--data", str(store), "--out", str(rd), "--resume", *ARGS[:-5],
+                        f"training.max_steps={res['steps'] + 10}", "training.log_every=10", "training.device=cpu"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0 and not (rd / "STOP").exists(), r.stderr[-3000:]
+    assert json.loads((rd / "result.json").read_text())["completed"]
