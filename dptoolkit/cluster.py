@@ -98,8 +98,10 @@ on_signal() {{
 trap 'on_signal USR1' USR1
 trap 'on_signal TERM' TERM
 echo "dpt-slurm: job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{nodes[*]}}, rendezvous $head_node:$port"
-srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\
-  {q(py)} -m torch.distributed.run --nnodes "$SLURM_NNODES" --nproc-per-node {gpus_per_node} \\
+# each node's torchrun advertises its own NodeAddr (--local-addr): the other nodes need not resolve its host name
+on_node='a=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | grep -o "NodeAddr=[^ ]*" | cut -d= -f2); exec "$0" -m torch.distributed.run --local-addr "${{a:-$(hostname)}}" "$@"'
+srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "$on_node" \\
+  {q(py)} --nnodes "$SLURM_NNODES" --nproc-per-node {gpus_per_node} \\
     --rdzv-backend c10d --rdzv-endpoint "$head_node:$port" --rdzv-id "$SLURM_JOB_ID" \\
     -m dptoolkit.cli train {train_cmd} &
 srun_pid=$!
