@@ -10,9 +10,10 @@ from pathlib import Path
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config', 'count', 'count0',
-           'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm',
-           'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main', 'threading_main']
+__all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config',
+           'count', 'count0', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout',
+           'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main',
+           'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -314,113 +315,173 @@ def cmd_demo(a):
     print(f"\ndemo finished in {time.time() - t0:.0f} s")
 
 # %% ../nbs/08_cli.ipynb #b9ee8588
+def _a(*flags, **kw): return flags, kw
+_NO_PROGRESS = _a("--no-progress", action="store_true", help="no progress bars (for logs and CI)")
+_JSON = lambda what: _a("--json", action="store_true", help=f"print {what} as JSON")
+
+# every subcommand: what it does (help), a paragraph (description), examples, and every argument with its help text
+COMMANDS = {
+    "demo": dict(fn=cmd_demo, help="the whole pipeline on the bundled data/: merge → config → train → report",
+        description="Merge the bundled per-task stores, pick the config that matches their dimension, train it on 1 and on N "
+                    "processes (2 repeats each), and print the speed-up table with its spread and a figure.",
+        examples=["dpt demo", "dpt demo --nprocs 4 --steps 2000 --out demo4"],
+        args=[_a("--out", default="dpt-demo", help="output folder (default ./dpt-demo)"),
+              _a("--nprocs", type=count, help="processes for the parallel run (default: 2 on CPU, all GPUs)"),
+              _a("--steps", type=count, default=500, help="steps of the parallel run (the 1-process timing run: a fifth)"),
+              _a("--config", default="test", help="packaged config or YAML path (default test: a small U-Net for CPUs)"),
+              _a("--overwrite", action="store_true", help="replace an existing output folder"), _NO_PROGRESS]),
+    "sample-data": dict(fn=cmd_sample_data, help="write small, realistic sample task stores",
+        description="Write TASKS replay-buffer stores (smooth joint trajectories, the RoboTwin layout) to try every command "
+                    "without data of your own.",
+        examples=["dpt sample-data tasks/ --tasks 3 --episodes 6", "dpt sample-data cams/ --image --dim 16"],
+        args=[_a("dest", help="folder the stores are written into"),
+              _a("--tasks", type=count, default=3, help="stores to write, one per task (default 3)"),
+              _a("--episodes", type=count, default=6, help="episodes per store (default 6)"),
+              _a("--dim", type=count, default=14, help="state and action dimension: 10, 14 or 16 (default 14)"),
+              _a("--image", action="store_true", help="also a uint8 head_camera array (3×96×128)"),
+              _a("--seed", type=int, default=0, help="random seed (default 0)"),
+              _a("--overwrite", action="store_true", help="replace stores that exist")]),
+    "inspect": dict(fn=cmd_inspect, help="summarise a store",
+        description="Print a store's arrays, episodes, tasks and chunking; --verify decodes every chunk.",
+        examples=["dpt inspect data/beat_block_hammer.zarr", "dpt inspect merged.zarr --verify"],
+        args=[_a("path", help="the replay-buffer zarr store"), _JSON("the summary"),
+              _a("--verify", action="store_true", help="decode every chunk and name each damaged one (exit 1)")]),
+    "merge": dict(fn=cmd_merge, help="merge stores (streaming, validated, atomic)",
+        description="Merge per-task stores into one: validated first, streamed chunk by chunk, written to a temporary folder "
+                    "and renamed when complete; each episode keeps its task name (meta/episode_task).",
+        examples=["dpt merge data/*.zarr -o six_tasks.zarr", "dpt merge a.zarr b.zarr -o ab.zarr --keys state,action --task-names a,b"],
+        args=[_a("sources", nargs="+", help="stores to merge, in order"),
+              _a("-o", "--output", required=True, help="the merged store to write"),
+              _a("--overwrite", action="store_true", help="replace an existing output store"),
+              _a("--keys", help="comma-separated data keys to keep, e.g. state,action (default: all, which must agree)"),
+              _a("--task-names", help="comma-separated task name per source (default: the store names)"), _NO_PROGRESS]),
+    "cache": dict(fn=cmd_cache, help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear",
+        description="Runs with storage mmap read a decoded copy of the store, built once per machine. Build it ahead of a "
+                    "run, list the entries, or clear them.",
+        examples=["dpt cache six_tasks.zarr", "dpt cache --list", "dpt cache --clear --stale"],
+        args=[_a("store", nargs="?", help="store to build the cache for (with --clear: only its entries)"),
+              _a("--keys", help="comma-separated data keys (default: those a run reads)"),
+              _a("--cache-dir", help="cache folder (default $DPT_CACHE_DIR or ~/.cache/dptoolkit)"),
+              _a("--list", action="store_true", help="list the cache's entries and their sizes"),
+              _a("--clear", action="store_true", help="remove entries (all, or STORE's)"),
+              _a("--stale", action="store_true", help="with --clear: only entries whose store changed or is gone"),
+              _JSON("the entries"), _NO_PROGRESS]),
+    "config": dict(fn=cmd_config, help="print the selected, filled config and its plan",
+        description="Select the packaged config for a store (or an action dimension), fill it from the store, apply "
+                    "overrides and print it with the per-device batch and learning rate for --nprocs processes.",
+        examples=["dpt config six_tasks.zarr --nprocs 4", "dpt config 16", "dpt config d.zarr optimizer.lr=3e-4 --name robot_dp_14"],
+        args=[_a("path_or_dim", help="a store, or an action dimension (10, 14, 16)"),
+              _a("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. dataloader.batch_size=64"),
+              _a("--name", help="packaged config name or YAML path instead of selection by dimension"),
+              _a("--nprocs", type=count, help="processes to plan for (default 1)")]),
+    "train": dict(fn=cmd_train, help="train on N processes (or under torchrun / srun)",
+        description="Train a Diffusion Policy on a store: the config is selected by the data's dimension unless --config "
+                    "names one; N processes with DDP (GPUs when present, else CPU with gloo); logs, checkpoints and "
+                    "config.yaml in the run folder. Under torchrun or srun each process is one rank.",
+        examples=["dpt train --data six_tasks.zarr --nprocs 2 --out runs/a", "dpt train --data d.zarr --gpu-ids 0,2 optimizer.lr=3e-4",
+                  "dpt train --data d.zarr --out runs/a --resume training.max_steps=20000"],
+        group=["--nprocs", "--gpu-ids"],
+        args=[_a("--config", help="packaged config name or YAML path (default: selected by the data's dimension)"),
+              _a("--data", help="replay-buffer zarr store to train on"),
+              _a("--nprocs", type=count, help="processes (default: every visible GPU, else 1 CPU process)"),
+              _a("--gpu-ids", help="GPUs to use, e.g. 0,2 (one process each)"),
+              _a("--backend", choices=["gloo", "nccl"], help="process-group backend (default: nccl on GPUs, gloo on CPU)"),
+              _a("--out", help="run folder (default logging.out_dir/<run name or time>)"),
+              _a("--resume", action="store_true", help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"),
+              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. training.max_steps=2000")]),
+    "report": dict(fn=cmd_report, help="throughput / speed-up table and figures from run folders",
+        description="Read run folders (or folders of runs) and print samples/s, speed-up and efficiency with their "
+                    "quartile spread, flagging windows a busy machine disturbed; -o writes the figures.",
+        examples=["dpt report dpt-demo", "dpt report runs/1gpu runs/4gpu -o speedup.png", "dpt report sweep/ --combine --json"],
+        args=[_a("runs", nargs="+", help="run folders, or folders with runs below them"),
+              _a("-o", "--output", help="figure file (PNG)"), _JSON("the table (every column)"),
+              _a("--warmup", default="auto", help="optimizer steps left out of the timing, or auto: the first log window "
+                                                  "and any slow start after it (default)"),
+              _a("--combine", action="store_true", help="pool repeated runs of one world size into one row (sweep(..., repeats=))"),
+              _a("--target", type=float, help="validation loss for time_to_val_loss (default: the best every run reached)")]),
+    "eval": dict(fn=cmd_eval, help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes",
+        description="Sample the run's policy (EMA weights) on held-out windows and compare its action error with two "
+                    "baselines that need no model.",
+        examples=["dpt eval runs/a", "dpt eval runs/a --sampler ddim --steps 10 -o traj.png"],
+        args=[_a("run", help="run folder"), _a("--data", help="store to evaluate on (default: the run's own)"),
+              _a("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)"),
+              _a("--windows", type=count, default=256, help="at most this many windows (default 256)"),
+              _a("--sampler", choices=["ddim", "ddpm"], help="default: the run's own (its config's policy.sampler and steps)"),
+              _a("--steps", type=count, help="denoising steps (default: the config's; 10 for --sampler ddim)"),
+              _a("--seed", type=int, default=0, help="random seed of the sampler (default 0)"), _JSON("the scores"),
+              _a("-o", "--output", help="trajectory figure file (PNG)"), _NO_PROGRESS]),
+    "sim-data": dict(fn=cmd_sim_data, help="scripted demonstrations in the ALOHA simulator, written as a store (pip install 'dptoolkit[sim]')",
+        description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
+                    "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
+        examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2"],
+        args=[_a("--task", default="transfer_cube", help="transfer_cube (insertion: not yet)"),
+              _a("--episodes", type=count, default=50, help="seeds to run (default 50)"),
+              _a("-o", "--output", required=True, help="the store to write"),
+              _a("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)"),
+              _a("--size", default="96x128", help="camera size HxW (default 96x128)"),
+              _a("--workers", type=count, help="worker processes (default: one per core)"),
+              _a("--seed", type=int, default=0, help="first seed (default 0)"),
+              _a("--keep-failed", action="store_true", help="store the expert's failed episodes too"),
+              _a("--overwrite", action="store_true", help="replace an existing store"), _NO_PROGRESS]),
+    "rollout": dict(fn=cmd_rollout, help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
+        description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success rate "
+                    "with its Wilson interval, returns and the seeds (the same seeds for every policy).",
+        examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/", "dpt rollout expert --episodes 20"],
+        args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
+              _a("--task", default="transfer_cube", help="transfer_cube"),
+              _a("--episodes", type=count, default=10, help="episodes (default 10)"),
+              _a("--workers", type=count, help="worker processes (default: one per core)"),
+              _a("--seed", type=int, default=1000, help="first seed (default 1000)"),
+              _a("--max-steps", type=count, default=400, help="steps per episode (default 400)"),
+              _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
+              _a("--video", help="folder for mp4 videos of the first --videos episodes"),
+              _a("--videos", type=count0, default=2, help="episodes to film with --video (default 2)"),
+              _JSON("the results"), _NO_PROGRESS]),
+    "slurm": dict(fn=cmd_slurm, help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue",
+        description="Write an sbatch script that runs `dpt train TRAIN_ARGS` on N nodes × G GPUs with torchrun; Slurm's "
+                    "warning signal checkpoints the run, --requeue puts it back in the queue to resume.",
+        examples=["dpt slurm --nodes 2 --gpus-per-node 8 --time 24:00:00 --requeue -- --data six.zarr --out runs/big",
+                  "dpt slurm --nodes 2 --cpu --submit -- --config test --data d.zarr --out runs/try"],
+        args=[_a("--nodes", type=count, default=1, help="nodes (default 1)"),
+              _a("--gpus-per-node", type=count, default=1, help="GPUs, and ranks, per node (default 1)"),
+              _a("--cpu", action="store_true", help="no GPUs: each node's ranks are CPU processes with gloo"),
+              _a("--partition", help="Slurm partition (default: the cluster's default)"),
+              _a("--time", help="time limit, e.g. 24:00:00"), _a("--account", help="Slurm account to charge"),
+              _a("--requeue", action="store_true", help="requeue the job after a preemption signal and resume"),
+              _a("--grace", type=count, default=120, help="seconds between Slurm's USR1 and the end (default 120)"),
+              _a("--job-name", default="dpt-train", help="job name (default dpt-train)"),
+              _a("--cpus-per-task", type=count, help="CPUs per node's task (default: Slurm's; with --cpu one per rank)"),
+              _a("-o", "--output", default="dpt-train.sbatch", help="script file (default ./dpt-train.sbatch)"),
+              _a("--submit", action="store_true", help="run sbatch and print the job id"),
+              _a("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS", help="arguments of dpt train, after --")]),
+    "export": dict(fn=cmd_export, help="write a run's model as a diffusion_policy / RoboTwin checkpoint",
+        description="Write the run's EMA model, normalizers and config as the .ckpt RoboTwin's and diffusion_policy's own "
+                    "code loads without changes (plain pickle of tensors and dicts).",
+        examples=["dpt export runs/a -o model.ckpt --task-name beat_block_hammer"],
+        args=[_a("run", help="run folder"), _a("-o", "--output", required=True, help="checkpoint file, e.g. model.ckpt"),
+              _a("--task-name", help="task name written into the checkpoint's config")]),
+    "import": dict(fn=cmd_import, help="turn a diffusion_policy / RoboTwin checkpoint into a run folder (pickle: needs --trust)",
+        description="Read a diffusion_policy / RoboTwin .ckpt (an allow-list unpickler; only with --trust) and write a run "
+                    "folder that `dpt train --resume`, eval and rollout take.",
+        examples=["dpt import 600.ckpt -o runs/imported --trust --data six_tasks.zarr"],
+        args=[_a("checkpoint", help="the .ckpt file"), _a("-o", "--output", required=True, help="new run folder"),
+              _a("--trust", action="store_true", help="allow unpickling the file (it can run code): only for files you trust"),
+              _a("--data", help="store to train on; checked against the checkpoint's shapes")]),
+}
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dpt", description="dptoolkit: merge zarr stores, pick configs, train Diffusion Policy on N processes, report speed-ups.")
+    "`dpt`'s parser, built from `COMMANDS` (each subcommand: help, description, examples, arguments with help)."
+    p = _Parser(prog="dpt", description="dptoolkit: merge zarr stores, pick configs, train Diffusion Policy on N processes, "
+                "report speed-ups, evaluate in a simulator.", epilog="`dpt COMMAND --help` shows a command's options and examples.")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
-    d = sub.add_parser("demo", help="the whole pipeline on the bundled data/: merge → config → train → report")
-    d.add_argument("--out", default="dpt-demo", help="output folder (default ./dpt-demo)")
-    d.add_argument("--nprocs", type=count, help="processes for the parallel run (default: 2 on CPU, all GPUs)")
-    d.add_argument("--steps", type=count, default=500, help="steps of the parallel run (the 1-process timing run: a fifth)")
-    d.add_argument("--config", default="test")
-    d.add_argument("--overwrite", action="store_true"); d.add_argument("--no-progress", action="store_true")
-    d.set_defaults(fn=cmd_demo)
-    s = sub.add_parser("sample-data", help="write small, realistic sample task stores")
-    s.add_argument("dest"); s.add_argument("--tasks", type=count, default=3); s.add_argument("--episodes", type=count, default=6)
-    s.add_argument("--dim", type=count, default=14); s.add_argument("--image", action="store_true")
-    s.add_argument("--seed", type=int, default=0); s.add_argument("--overwrite", action="store_true")
-    s.set_defaults(fn=cmd_sample_data)
-    i = sub.add_parser("inspect", help="summarise a store"); i.add_argument("path"); i.add_argument("--json", action="store_true")
-    i.add_argument("--verify", action="store_true", help="decode every chunk and name each damaged one (exit 1)")
-    i.set_defaults(fn=cmd_inspect)
-    m = sub.add_parser("merge", help="merge stores (streaming, validated, atomic)")
-    m.add_argument("sources", nargs="+"); m.add_argument("-o", "--output", required=True)
-    m.add_argument("--overwrite", action="store_true"); m.add_argument("--keys", help="comma-separated data keys, e.g. state,action")
-    m.add_argument("--task-names", help="comma-separated task name per source"); m.add_argument("--no-progress", action="store_true")
-    m.set_defaults(fn=cmd_merge)
-    k = sub.add_parser("cache", help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear")
-    k.add_argument("store", nargs="?"); k.add_argument("--keys", help="comma-separated data keys (default: those a run reads)")
-    k.add_argument("--cache-dir", help="cache folder (default $DPT_CACHE_DIR or ~/.cache/dptoolkit)")
-    k.add_argument("--list", action="store_true"); k.add_argument("--clear", action="store_true", help="remove entries (all, or STORE's)")
-    k.add_argument("--stale", action="store_true", help="with --clear: only entries whose store changed or is gone")
-    k.add_argument("--json", action="store_true"); k.add_argument("--no-progress", action="store_true")
-    k.set_defaults(fn=cmd_cache)
-    c = sub.add_parser("config", help="print the selected, filled config and its plan")
-    c.add_argument("path_or_dim"); c.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    c.add_argument("--name", help="packaged config name or YAML path instead of selection by dimension")
-    c.add_argument("--nprocs", type=count); c.set_defaults(fn=cmd_config)
-    t = sub.add_parser("train", help="train on N processes (or under torchrun)")
-    t.add_argument("--config", help="packaged config name or YAML path (default: selected by the data's dimension)")
-    t.add_argument("--data", help="replay-buffer zarr store"); g = t.add_mutually_exclusive_group()
-    g.add_argument("--nprocs", type=count); g.add_argument("--gpu-ids", help="e.g. 0,2")
-    t.add_argument("--backend", choices=["gloo", "nccl"]); t.add_argument("--out", help="run folder")
-    t.add_argument("--resume", action="store_true",
-                   help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"); t.add_argument("--no-progress", action="store_true")
-    t.add_argument("overrides", nargs="*", metavar="KEY=VALUE"); t.set_defaults(fn=cmd_train)
-    r = sub.add_parser("report", help="throughput / speed-up table and figures from run folders")
-    r.add_argument("runs", nargs="+"); r.add_argument("-o", "--output", help="figure file (PNG)")
-    r.add_argument("--json", action="store_true", help="print the table as JSON records (every column)")
-    r.add_argument("--warmup", default="auto", help="optimizer steps left out of the timing, or auto: the first log window "
-                   "and any slow start after it (default)")
-    r.add_argument("--combine", action="store_true", help="pool repeated runs of one world size into one row (sweep(..., repeats=))")
-    r.add_argument("--target", type=float, help="validation loss for time_to_val_loss (default: the best every run reached)")
-    r.set_defaults(fn=cmd_report)
-    ev = sub.add_parser("eval", help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes")
-    ev.add_argument("run"); ev.add_argument("--data", help="store to evaluate on (default: the run's own)")
-    ev.add_argument("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)")
-    ev.add_argument("--windows", type=count, default=256, help="at most this many windows (default 256)")
-    ev.add_argument("--sampler", choices=["ddim", "ddpm"], help="default: the run's own (its config's policy.sampler and steps)")
-    ev.add_argument("--steps", type=count, help="denoising steps (default: the config's; 10 for --sampler ddim)")
-    ev.add_argument("--seed", type=int, default=0); ev.add_argument("--json", action="store_true")
-    ev.add_argument("-o", "--output", help="trajectory figure file (PNG)"); ev.add_argument("--no-progress", action="store_true")
-    ev.set_defaults(fn=cmd_eval)
-    sd = sub.add_parser("sim-data", help="scripted demonstrations in the ALOHA simulator, written as a store (pip install 'dptoolkit[sim]')",
-                        description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
-                        "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
-                        epilog="example: dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2")
-    sd.add_argument("--task", default="transfer_cube", help="transfer_cube (insertion: not yet)")
-    sd.add_argument("--episodes", type=count, default=50, help="seeds to run (default 50)")
-    sd.add_argument("-o", "--output", required=True, help="the store to write")
-    sd.add_argument("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)")
-    sd.add_argument("--size", default="96x128", help="camera size HxW (default 96x128)")
-    sd.add_argument("--workers", type=count, help="worker processes (default: one per core)")
-    sd.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    sd.add_argument("--keep-failed", action="store_true", help="store the expert's failed episodes too")
-    sd.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    sd.add_argument("--no-progress", action="store_true", help="no progress bar"); sd.set_defaults(fn=cmd_sim_data)
-    ro = sub.add_parser("rollout", help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
-                        description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the "
-                        "success rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
-                        epilog="example: dpt rollout runs/sim --task transfer_cube --episodes 50 --workers 2 --baselines --video videos/")
-    ro.add_argument("run", help="run folder, or expert / hold for a baseline alone")
-    ro.add_argument("--task", default="transfer_cube", help="transfer_cube")
-    ro.add_argument("--episodes", type=count, default=10, help="episodes (default 10)")
-    ro.add_argument("--workers", type=count, help="worker processes (default: one per core)")
-    ro.add_argument("--seed", type=int, default=1000, help="first seed (default 1000)")
-    ro.add_argument("--max-steps", type=count, default=400, help="steps per episode (default 400)")
-    ro.add_argument("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds")
-    ro.add_argument("--video", help="folder for mp4 videos of the first --videos episodes")
-    ro.add_argument("--videos", type=count0, default=2, help="episodes to film with --video (default 2)")
-    ro.add_argument("--json", action="store_true", help="print the results as JSON"); ro.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ro.set_defaults(fn=cmd_rollout)
-    sl = sub.add_parser("slurm", help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue")
-    sl.add_argument("--nodes", type=count, default=1); sl.add_argument("--gpus-per-node", type=count, default=1)
-    sl.add_argument("--cpu", action="store_true", help="no GPUs: each node's ranks are CPU processes with gloo")
-    sl.add_argument("--partition"); sl.add_argument("--time", help="e.g. 24:00:00"); sl.add_argument("--account")
-    sl.add_argument("--requeue", action="store_true", help="requeue the job after a preemption signal and resume")
-    sl.add_argument("--grace", type=count, default=120, help="seconds between Slurm's USR1 and the end (default 120)")
-    sl.add_argument("--job-name", default="dpt-train"); sl.add_argument("--cpus-per-task", type=count)
-    sl.add_argument("-o", "--output", default="dpt-train.sbatch", help="script file (default ./dpt-train.sbatch)")
-    sl.add_argument("--submit", action="store_true", help="run sbatch and print the job id")
-    sl.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS", help="arguments of dpt train, after --")
-    sl.set_defaults(fn=cmd_slurm)
-    e = sub.add_parser("export", help="write a run's model as a diffusion_policy / RoboTwin checkpoint")
-    e.add_argument("run"); e.add_argument("-o", "--output", required=True, help="checkpoint file, e.g. model.ckpt")
-    e.add_argument("--task-name", help="task name written into the checkpoint's config"); e.set_defaults(fn=cmd_export)
-    m = sub.add_parser("import", help="turn a diffusion_policy / RoboTwin checkpoint into a run folder (pickle: needs --trust)")
-    m.add_argument("checkpoint"); m.add_argument("-o", "--output", required=True, help="new run folder")
-    m.add_argument("--trust", action="store_true", help="allow unpickling the file (it can run code): only for files you trust")
-    m.add_argument("--data", help="store to train on; checked against the checkpoint's shapes"); m.set_defaults(fn=cmd_import)
+    for name, c in COMMANDS.items():
+        sp = sub.add_parser(name, help=c["help"], description=c["description"], formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="examples:\n" + "\n".join(f"  {e}" for e in c["examples"]))
+        group = sp.add_mutually_exclusive_group() if c.get("group") else None
+        for flags, kw in c["args"]:
+            (group if group is not None and flags[0] in c["group"] else sp).add_argument(*flags, **kw)
+        sp.set_defaults(fn=c["fn"])
     return p
 
 def main(argv=None) -> int:

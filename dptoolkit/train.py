@@ -353,7 +353,7 @@ def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision,
 
 # %% ../nbs/05_train.ipynb #890bf854
 class Trackers:
-    """Rank 0's optional experiment trackers: TensorBoard events in `<run_dir>/tensorboard` (`logging.tensorboard`) and a
+    """Rank 0's optional experiment trackers: TensorBoard events in the run folder itself (`logging.tensorboard`) and a
     Weights & Biases run (`logging.wandb.enable`, with the resolved config). Written at log steps only, from the record
     the loop has already read back: no extra host sync, nothing on the other ranks."""
     SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "samples_per_s": "perf/samples_per_s",
@@ -365,7 +365,8 @@ class Trackers:
         if OmegaConf.select(L, "tensorboard", default=False):
             try: from torch.utils.tensorboard import SummaryWriter
             except ImportError: raise TrainError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
-            self.tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_from, flush_secs=5)   # a resume drops the steps it replays
+            # events in the run folder itself: `tensorboard --logdir runs/` lists each run by its folder's name
+            self.tb = SummaryWriter(str(run_dir), purge_step=purge_from, flush_secs=5)   # a resume drops the steps it replays
         W = OmegaConf.select(L, "wandb", default=None)
         if W is not None and W.enable:
             try: import wandb

@@ -17,9 +17,12 @@ def test_tensorboard_and_wandb_offline(merged, tmp_path, monkeypatch):
     run = train(cfg, nprocs=2, run_dir=tmp_path / "run", progress=False).run_dir
     log = read_log(run)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    files = list((run / "tensorboard").glob("events.out.tfevents.*"))
-    assert len(files) == 1                                                   # rank 0 only
-    acc = EventAccumulator(str(run / "tensorboard")); acc.Reload()
+    files = list(run.glob("events.out.tfevents.*"))
+    assert len(files) == 1                                                   # rank 0 only, in the run folder itself
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    mux = EventMultiplexer().AddRunsFromDirectory(str(tmp_path))            # `tensorboard --logdir` over the runs' folder
+    assert list(mux.Runs()) == ["run"]                                      # the run is listed by its folder's name
+    acc = EventAccumulator(str(run)); acc.Reload()
     loss = acc.Scalars("train/loss")
     assert [e.step for e in loss] == log["step"].tolist() == [5, 10, 15, 20]  # every log step
     assert [round(e.value, 5) for e in loss] == [round(v, 5) for v in log["loss"]]
@@ -28,7 +31,7 @@ def test_tensorboard_and_wandb_offline(merged, tmp_path, monkeypatch):
     assert [(e.step, round(e.value, 5)) for e in acc.Scalars("val/loss_ema")] == [(20, round(res["val_loss_ema"], 5))]
     # resume: the replayed steps are purged, the new ones appended
     train(cfg, nprocs=1, run_dir=run, resume=True, progress=False, overrides=["training.max_steps=30", "logging.wandb.enable=false"])
-    acc = EventAccumulator(str(run / "tensorboard")); acc.Reload()
+    acc = EventAccumulator(str(run)); acc.Reload()
     assert [e.step for e in acc.Scalars("train/loss")] == [5, 10, 15, 20, 25, 30]
     # W&B, offline: one run folder inside the run folder; its transaction log holds a history record per log step
     # with the logged loss, the resolved config and the final summary
