@@ -20,7 +20,7 @@ def main():
     from dptoolkit.cli import DEMO_MODEL, bundled_data
     from dptoolkit.config import for_store
     from dptoolkit.merge import merge
-    from dptoolkit.report import sweep
+    from dptoolkit.sweep import sweep
     root = Path(tempfile.mkdtemp(prefix="dpt-threads-"))
     store = merge(sorted(bundled_data().glob("*.zarr")), root / "merged.zarr", progress=False).path
     cfg = for_store(store, name="test", overrides=["dataloader.batch_size=16", "scaling.keep_effective_batch_size=false",

@@ -231,7 +231,8 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     from dptoolkit.store import sample_data, episodes
     from dptoolkit.merge import merge
     from dptoolkit.config import for_store, select_config, plan, resolve_devices
-    from dptoolkit.report import summarize, sweep, plot_throughput, plot_speedup, plot_loss, _plt, read_log
+    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt, read_log
+    from dptoolkit.sweep import sweep
     from dptoolkit.train import train
     from dptoolkit.evaluate import evaluate
     out = Path(out).absolute()

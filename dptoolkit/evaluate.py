@@ -28,7 +28,7 @@ class EvalError(ValueError):
 def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
     "(policy, cfg) of a run folder: the EMA weights (or the online ones with `ema=False`) of its latest checkpoint."
     from dptoolkit.interop import InteropError, policy_from_weights, run_config
-    from dptoolkit.train import latest_checkpoint, load_checkpoint
+    from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
     try: cfg = run_config(run_dir)
     except InteropError as e: raise EvalError(str(e)) from None
     where = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
@@ -128,7 +128,8 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
     (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
     default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean")."""
-    from dptoolkit.train import check_store_shapes, TrainError
+    from dptoolkit.checkpoint import TrainError
+    from dptoolkit.train import check_store_shapes
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if isinstance(run, DiffusionPolicy):
         policy, cfg = run.to(device).eval(), None

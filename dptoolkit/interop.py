@@ -15,7 +15,7 @@ from .config import DIM_CONFIGS, load_config
 from .dataset import Normalizer
 from .policy import DiffusionPolicy, obs_shapes
 from .store import describe
-from .train import _write_checkpoint, latest_checkpoint, load_checkpoint, load_weights
+from .checkpoint import latest_checkpoint, load_checkpoint, load_weights, write_checkpoint
 
 # %% auto #0
 __all__ = ['ROBOTWIN_CAMERAS', 'InteropError', 'dp_key', 'store_key', 'dp_state_dict', 'from_dp_state_dict', 'dp_config',
@@ -364,5 +364,5 @@ def import_checkpoint(path, run_dir, *, trust: bool = False, data=None) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.logging.run_dir = str(run_dir.absolute())
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    _write_checkpoint(run_dir, step, model, SimpleNamespace(module=ema) if ema is not None else None, state, keep=1)
+    write_checkpoint(run_dir, step, model, SimpleNamespace(module=ema) if ema is not None else None, state, keep=1)
     return run_dir

@@ -13,8 +13,7 @@ import yaml
 
 # %% auto #0
 __all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'ReportError', 'plain', 'read_log', 'steady',
-           'contention', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'sweep', 'watch',
-           'compare_scaling', 'plot_scaling']
+           'contention', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'watch']
 
 # %% ../nbs/07_report.ipynb #863ba94d
 class ReportError(ValueError):
@@ -269,34 +268,6 @@ def plot_loss(run_dirs, ax=None):
     for a in axs: a.grid(alpha=.3); a.legend(fontsize=8)
     fig.tight_layout(); return fig
 
-# %% ../nbs/07_report.ipynb #e444dfa3
-def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_batch: int | None = None, repeats: int = 1,
-          overrides=(), combine: bool = True, target: float | None = None, cpu_threads=1, progress: bool = True,
-          **train_kw) -> pd.DataFrame:
-    """Train `steps` steps at each world size with the same per-device batch, `repeats` times, interleaved (1, 2, 1, 2, ...:
-    a busy spell on the machine hits every world size alike); returns `summarize` of the runs, repeats pooled when
-    `combine` (contended repeats left out when a quiet one exists). `overrides`: dotlist settings for every run.
-    `cpu_threads`: torch threads per CPU rank (1, like one device per rank: see the thread policy above; `auto` splits
-    the cores over the ranks)."""
-    from omegaconf import OmegaConf
-    from dptoolkit.config import apply_overrides
-    from dptoolkit.train import train
-    out_dir = Path(out_dir or Path(cfg.logging.out_dir) / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    per = per_device_batch or int(cfg.dataloader.batch_size)
-    runs = []
-    for rep in range(repeats):
-        for ws in world_sizes:
-            rd = out_dir / (f"world{ws}" if repeats == 1 else f"world{ws}-{rep + 1}")
-            c = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(c, True)
-            c.dataloader.batch_size = per; c.scaling.keep_effective_batch_size = False; c.scaling.lr_scaling = "none"
-            c.training.max_steps = steps; c.training.checkpoint_every = 0; c.training.log_every = max(1, steps // 10)
-            apply_overrides(c, [f"training.cpu_threads={cpu_threads}", *overrides])
-            kw = dict(train_kw)
-            if kw.get("gpu_ids") is not None: kw["gpu_ids"] = list(kw["gpu_ids"])[:ws]   # the first ws of the GPUs given
-            train(c, nprocs=ws, run_dir=rd, progress=progress, **kw)
-            runs.append(rd)
-    return summarize(runs, combine=combine, target=target)
-
 # %% ../nbs/07_report.ipynb #0dcb19b4
 def _total_steps(run_dir):
     "The run's planned optimizer steps (`training.max_steps` in its config.yaml), or None."
@@ -332,43 +303,3 @@ def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int |
         plt.close("all")
         print(f"stopped watching {Path(run_dir).name}; the run keeps training (watch again, or stop it: BackgroundRun.stop())")
         return df
-
-# %% ../nbs/07_report.ipynb #ff94d753
-def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), accum=(1, 2), steps: int = 200,
-                    out_dir=None, target: float | None = None, cpu_threads=1, progress: bool = False, **train_kw) -> pd.DataFrame:
-    """Speed-up at equal quality for `plan()`'s learning-rate rules: one 1-process run, then `world_size` processes with
-    each rule in `rules` and each gradient accumulation in `accum` (accumulation stands in for more devices: world 2 ×
-    accum 2 trains with the batch of 4), all validating every epoch. Returns `summarize` of the runs with `rule`,
-    `accum`, `effective_batch` and `lr` columns: throughput speed-up beside `time_to_val_loss_speedup`."""
-    from omegaconf import OmegaConf
-    from dptoolkit.config import apply_overrides, plan
-    from dptoolkit.train import train
-    out_dir = Path(out_dir or Path(cfg.logging.out_dir) / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}")
-    grid = [(1, 1, "none")] + [(world_size, a, r) for a in accum for r in rules]
-    runs, meta = [], {}
-    for ws, a, rule in grid:
-        c = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(c, True)
-        apply_overrides(c, [f"scaling.keep_effective_batch_size=false", f"scaling.lr_scaling={rule}",
-                            f"training.gradient_accumulate_every={a}", f"training.max_steps={steps}", "training.val_every=1",
-                            "training.checkpoint_every=0", f"training.log_every={max(1, steps // 20)}",
-                            f"training.cpu_threads={cpu_threads}"])
-        rd = out_dir / f"world{ws}-accum{a}-{rule}"
-        p = plan(c, ws)
-        train(c, nprocs=ws, run_dir=rd, progress=progress, **train_kw)
-        runs.append(rd); meta[rd.name] = dict(rule=rule, accum=a, effective_batch=p.effective_batch, lr_scaled=p.lr)
-    s = summarize(runs, target=target)
-    for k in ("rule", "accum", "effective_batch", "lr_scaled"): s[k] = [meta[r][k] for r in s["run"]]
-    return s
-
-def plot_scaling(s: pd.DataFrame, ax=None):
-    "Throughput speed-up beside time-to-quality speed-up for each learning-rate rule and accumulation (`compare_scaling`)."
-    plt = _plt()
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.2))
-    rows = s[s.world_size > 1].reset_index(drop=True)
-    x = np.arange(len(rows))
-    ax.bar(x - 0.2, rows["speedup"], 0.4, label="throughput (samples/s)")
-    ax.bar(x + 0.2, rows["time_to_val_loss_speedup"].fillna(0), 0.4, label="time to val loss")
-    ax.axhline(1, color="k", lw=0.8)
-    ax.set_xticks(x, [f"{r.rule}\n×{r.world_size}·accum {r.accum}" for r in rows.itertuples()], fontsize=7)
-    ax.set_ylabel("speed-up vs 1 process"); ax.set_title(f"speed-up at equal quality (val loss ≤ {plain(s.attrs.get('val_loss_target'))})", fontsize=9)
-    ax.legend(fontsize=7); ax.grid(alpha=.3, axis="y"); fig.tight_layout(); return fig

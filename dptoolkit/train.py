@@ -19,19 +19,16 @@ from torch.utils.data import DataLoader, DistributedSampler
 from . import __version__
 from .config import ConfigError, plan as make_plan
 from .dataset import Normalizer, ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
+from .checkpoint import (TrainError, check_run_dir, latest_checkpoint, load_checkpoint, load_weights, lock_run,
+                                  resume_step, unlock_run, write_checkpoint)
 from .launch import Heartbeat, launch, launched, progress, watch_in_rank
 from .policy import DiffusionPolicy
 from .store import describe
 
 # %% auto #0
-__all__ = ['TrainError', 'ema_decay', 'EMA', 'make_ema', 'latest_checkpoint', 'load_checkpoint', 'cpu_threads',
-           'check_store_shapes', 'load_weights', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
-           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'lock_run', 'unlock_run',
-           'train_worker', 'RunResult', 'resume_step', 'BackgroundRun', 'train']
-
-# %% ../nbs/05_train.ipynb #96512f96
-class TrainError(RuntimeError):
-    "Training cannot start or resume; the message names the file or setting."
+__all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'check_store_shapes', 'StopSignal', 'strict_json', 'cuda_fast_paths',
+           'compile_wanted', 'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers',
+           'restore', 'log_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #5931fab9
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
@@ -75,64 +72,6 @@ def make_ema(model, ecfg) -> EMA:
 def _to(batch, device):
     if isinstance(batch, dict): return {k: _to(v, device) for k, v in batch.items()}
     return batch.to(device, non_blocking=True)
-
-# %% ../nbs/05_train.ipynb #e4ea9c47
-def _write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: int):
-    ck = run_dir / "checkpoints"; ck.mkdir(parents=True, exist_ok=True)
-    name = f"step_{step:06d}"
-    tmp = ck / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        if ema is not None:
-            save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()}, str(tmp / "ema.safetensors"))
-        torch.save(state, tmp / "state.pt")
-    except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
-        shutil.rmtree(tmp, ignore_errors=True)
-        need = _tensor_bytes(model.state_dict()) * (2 if ema is not None else 1) + _tensor_bytes(state)
-        free = shutil.disk_usage(ck).free
-        full = getattr(e, "errno", None) == errno.ENOSPC or free < need * 1.1
-        if not full and not isinstance(e, OSError): raise
-        prev = (ck / "latest").read_text().strip() if (ck / "latest").exists() else None
-        raise TrainError(f"{ck}: {'the disk is full' if full else e.strerror}: checkpoint {name} needs about {need / 1e6:.1f} MB, "
-                         f"{free / 1e6:.1f} MB are free; nothing was written" + (f"; {prev} is still 'latest'" if prev else "")) from None
-    final = ck / name
-    if final.exists(): shutil.rmtree(final)
-    tmp.rename(final)
-    (ck / ".latest.tmp").write_text(name); os.replace(ck / ".latest.tmp", ck / "latest")
-    steps = sorted(p for p in ck.glob("step_*") if p.is_dir())
-    for old in steps[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
-    return final
-
-def _tensor_bytes(obj) -> int:
-    "Bytes of the tensors in a nested dict/list (a checkpoint's size, give or take pickle's framing)."
-    if isinstance(obj, torch.Tensor): return obj.numel() * obj.element_size()
-    if isinstance(obj, dict): return sum(_tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)): return sum(_tensor_bytes(v) for v in obj)
-    return 0
-
-def latest_checkpoint(run_dir) -> Path:
-    "The folder `checkpoints/latest` names; `TrainError` if there is none."
-    ck = Path(run_dir) / "checkpoints"
-    if not (ck / "latest").exists():
-        raise TrainError(f"{ck}: no checkpoint to resume from (no 'latest' file); start without resume, or point at the run folder that has one")
-    p = ck / (ck / "latest").read_text().strip()
-    if not p.is_dir(): raise TrainError(f"{ck / 'latest'} names {p.name}, which does not exist")
-    return p
-
-def load_checkpoint(path) -> dict:
-    "Read a checkpoint folder: {'model', 'ema', 'state'}; `TrainError` naming the file if one is missing or corrupt."
-    path = Path(path); out = {}
-    files = (("model", "model.safetensors"), ("ema", "ema.safetensors"), ("state", "state.pt"))
-    for key, fname in files:
-        if key != "ema" and not (path / fname).exists(): raise TrainError(f"{path / fname}: missing from the checkpoint")
-    for key, fname in files:
-        f = path / fname
-        if not f.exists(): out[key] = None; continue
-        try: out[key] = load_file(str(f)) if fname.endswith("safetensors") else torch.load(f, weights_only=True, map_location="cpu")
-        except Exception as e: raise TrainError(f"{f}: cannot be read ({type(e).__name__}: {str(e)[:200]}); the checkpoint is corrupt") from None
-    return out
 
 # %% ../nbs/05_train.ipynb #0c42001f
 def _cores() -> int:
@@ -205,18 +144,6 @@ def check_store_shapes(cfg, info):
     adim = info.arrays[cfg.task.dataset.action_key].shape[1:]
     if list(adim) != [cfg.shape_meta.action_dim]:
         raise TrainError(f"{info.path}: data/{cfg.task.dataset.action_key} has shape {list(adim)}, the config expects [{cfg.shape_meta.action_dim}]")
-
-def load_weights(model, sd: dict, source):
-    "Load `sd` into `model` strictly; `TrainError` naming the first missing, unexpected or mis-shaped key (expected vs found)."
-    own = model.state_dict()
-    for k, v in own.items():
-        if k not in sd: raise TrainError(f"{source}: has no {k} (shape {list(v.shape)}), which this model needs; it was saved from a different model")
-        if tuple(sd[k].shape) != tuple(v.shape):
-            raise TrainError(f"{source}: {k} has shape {list(sd[k].shape)}, this model expects {list(v.shape)}; "
-                             f"the checkpoint was trained for other data or another config")
-    extra = [k for k in sd if k not in own]
-    if extra: raise TrainError(f"{source}: holds {extra[0]} (and {len(extra) - 1} more keys) that this model does not have; it was saved from a different model")
-    model.load_state_dict(sd)
 
 class StopSignal:
     """Remember the first of `signals` (names, e.g. SIGTERM, SIGUSR1) this process receives instead of dying; the loop
@@ -351,7 +278,7 @@ def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision,
     return compile_checked(model, net, T.compile_backend, batch, autocast, rtol, fallback=T.compile == "auto",
                             seed=int(T.seed), verbose=is_main)
 
-# %% ../nbs/05_train.ipynb #890bf854
+# %% ../nbs/05_train.ipynb #1e9ac368
 class Trackers:
     """Rank 0's optional experiment trackers: TensorBoard events in the run folder itself (`logging.tensorboard`) and a
     Weights & Biases run (`logging.wandb.enable`, with the resolved config). Written at log steps only, from the record
@@ -392,32 +319,7 @@ class Trackers:
             if result: self.wandb.summary.update({k: v for k, v in result.items() if isinstance(v, (int, float))})
             self.wandb.finish()
 
-_locks = {}   # run folder -> open lock file of this process
-
-def lock_run(run_dir) -> int:
-    """Create `run_dir` and hold an exclusive lock on `run_dir/.lock` (released when the process ends): a second run
-    into the same folder is refused, naming the pid and host that hold it. `TrainError` if the folder cannot be written."""
-    run_dir = Path(run_dir).absolute()
-    if str(run_dir) in _locks: os.close(_locks.pop(str(run_dir)))   # a notebook re-running train_worker in-process
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise TrainError(f"{run_dir}: cannot create the run folder or write in it ({e.strerror}); "
-                         "choose a writable folder (logging.run_dir, --out)") from None
-    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"; os.close(fd)
-        raise TrainError(f"{run_dir}: another run is training into this folder now (pid {holder}); "
-                         "wait for it or stop it, or choose another folder") from None
-    os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}".encode(), 0)
-    _locks[str(run_dir)] = fd
-    return fd
-
-def unlock_run(run_dir):
-    fd = _locks.pop(str(Path(run_dir).absolute()), None)
-    if fd is not None: os.close(fd)
-
+# %% ../nbs/05_train.ipynb #0ca48bfa
 def _stop_request(run_dir) -> str | None:
     "The reason written in the run folder's STOP file (`dpt slurm`'s trap, or `touch RUN/STOP`), or None without one."
     try: return f"{(run_dir / 'STOP').read_text().strip() or 'a request'} (the run folder's STOP file)"
@@ -437,9 +339,14 @@ def _heartbeat(distributed, rank, world, run_dir, T):
     if not launched() and timeout is not None: watch_in_rank(store, rank, world, timeout)
     return beat
 
-def train_worker(cfg) -> dict:
-    "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and returns metrics."
-    cfg = OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg))
+# %% ../nbs/05_train.ipynb #a4c9c682
+class _Run:
+    "Everything one rank's run holds (set-up, model, optimizer, position); the loop and its helpers read it by name."
+    def __init__(self, **kw): self.__dict__.update(kw)
+
+
+def _rank_setup(cfg) -> _Run:
+    "This rank: device, process group (torchrun: env://), threads, seeds, the batch/LR plan."
     rank, world, local = _rank_env()
     T = cfg.training
     use_cuda = torch.cuda.is_available() and T.device != "cpu"
@@ -452,225 +359,262 @@ def train_worker(cfg) -> dict:
         backend = cfg.ddp.backend if cfg.ddp.backend != "auto" else ("nccl" if use_cuda else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp.timeout_s),
                                 device_id=device if use_cuda else None)
-    is_main = rank == 0
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:   # CPU ranks share the cores: don't oversubscribe
         torch.set_num_threads(cpu_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
-    p = make_plan(cfg, world)
     torch.manual_seed(T.seed + rank); np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         if use_cuda: torch.backends.cudnn.benchmark = False
+    return _Run(cfg=cfg, T=T, rank=rank, world=world, is_main=rank == 0, device=device, use_cuda=use_cuda,
+                distributed=distributed, p=make_plan(cfg, world), run_dir=_run_dir(cfg), step=0, epoch=0, skip_steps=0,
+                gref=None, stopping=None)   # gref: the first log window's median grad norm (training.grad_spike)
 
-    # data: storage, split, this rank's shard or share of the shuffle, the loader (dataset.rank_loader)
-    D = cfg.task.dataset
+def _build(R):
+    "Data (this rank's loader), model, EMA, optimizer, LR schedule, precision, the noise generator."
+    cfg, T, p, D = R.cfg, R.T, R.p, R.cfg.task.dataset
     if not D.zarr_path: raise TrainError("task.dataset.zarr_path is not set (dpt train --data PATH)")
     info = describe(D.zarr_path)
-    loader = rank_loader(cfg, rank, world, device, batch_size=p.per_device_batch)
-    ds, train_ds, val_ds = loader.dataset, loader.train, loader.val
-    steps_per_epoch = loader.batches // p.grad_accum
-    if steps_per_epoch == 0:
-        raise TrainError(f"{D.zarr_path}: {len(train_ds)} training windows over {world} rank(s) give no full step of "
+    R.loader = rank_loader(cfg, R.rank, R.world, R.device, batch_size=p.per_device_batch)
+    R.ds, R.train_ds, R.val_ds = R.loader.dataset, R.loader.train, R.loader.val
+    R.steps_per_epoch = R.loader.batches // p.grad_accum
+    if R.steps_per_epoch == 0:
+        raise TrainError(f"{D.zarr_path}: {len(R.train_ds)} training windows over {R.world} rank(s) give no full step of "
                          f"{p.per_device_batch} × accum {p.grad_accum}; lower dataloader.batch_size")
-    total = int(T.max_steps) if T.max_steps else int(T.num_epochs) * steps_per_epoch
-
-    # model, EMA, optimizer, schedule
+    R.total = int(T.max_steps) if T.max_steps else int(T.num_epochs) * R.steps_per_epoch
     check_store_shapes(cfg, info)
     norm = Normalizer.from_store(D.zarr_path, [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key])
-    model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(device)
-    ema = make_ema(model, cfg.ema) if cfg.ema.enable else None
-    params = list(model.parameters())
-    opt = _adamw(params, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps, weight_decay=cfg.optimizer.weight_decay)
-    from diffusers.optimization import get_scheduler
-    sched = get_scheduler(T.lr_scheduler, opt, num_warmup_steps=p.warmup_steps, num_training_steps=total)
-    autocast, scaler, precision = _amp(cfg, device)
-    gen = torch.Generator(device=device); gen.manual_seed(T.seed * 1000 + rank)
+    R.model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(R.device)
+    R.ema = make_ema(R.model, cfg.ema) if cfg.ema.enable else None
+    R.params = list(R.model.parameters())
+    R.opt = _adamw(R.params, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps, weight_decay=cfg.optimizer.weight_decay)
+    R.sched = _schedule(R)
+    R.autocast, R.scaler, R.precision = _amp(cfg, R.device)
+    R.gen = torch.Generator(device=R.device); R.gen.manual_seed(T.seed * 1000 + R.rank)
 
-    run_dir = _run_dir(cfg)
-    resume_step(run_dir, T.resume, T.max_steps)   # under torchrun / Slurm this is the first place to refuse it
-    if is_main: lock_run(run_dir)                # a second run into this folder is refused until this one ends
-    resume = (run_dir / "checkpoints" / "latest").exists() if T.resume == "auto" else bool(T.resume)
-    step, epoch, skip_steps, gref = 0, 0, 0, None   # gref: the first log window's median grad norm (training.grad_spike)
-    if resume:
-        where = latest_checkpoint(run_dir)
-        ck = load_checkpoint(where)
-        load_weights(model, ck["model"], where / "model.safetensors")
-        if ema is not None: load_weights(ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
-        s = ck["state"]
-    if resume and "optimizer" not in s:   # an imported checkpoint (interop): weights only, training starts at step 0
-        if ema is not None: ema.n_averaged = 1
-    elif resume and "scheduler" not in s:   # imported with its optimizer (RoboTwin's train.py): on from its global step
-        flags = [(g.get("fused"), g.get("foreach")) for g in opt.param_groups]
-        opt.load_state_dict(s["optimizer"])
-        for g, (fu, fe) in zip(opt.param_groups, flags):   # this machine's kernels; the base LR their schedule had
-            g["fused"], g["foreach"] = fu, fe; g.setdefault("initial_lr", p.lr)
-        step, epoch = int(s["step"]), int(s["epoch"])
-        sched = get_scheduler(T.lr_scheduler, opt, num_warmup_steps=p.warmup_steps, num_training_steps=total, last_epoch=step - 1)
-        if ema is not None: ema.n_averaged = max(1, step)
-        gen.manual_seed(T.seed * 1000 + rank + 7919 * step)
-        if is_main: print(f"resume: imported checkpoint at global step {step}, epoch {epoch}, with its optimizer state", flush=True)
-    elif resume:
-        opt.load_state_dict(s["optimizer"]); sched.load_state_dict(s["scheduler"])
-        if any(b != p.lr for b in sched.base_lrs):   # resumed with another learning rate (e.g. after divergence): use it
-            if is_main: print(f"resume: learning rate {sched.base_lrs[0]:g} → {p.lr:g} (the schedule continues at step {s['step']})", flush=True)
-            sched.base_lrs = [p.lr] * len(sched.base_lrs)
-            for g, f in zip(opt.param_groups, sched.lr_lambdas): g["initial_lr"] = p.lr; g["lr"] = p.lr * f(sched.last_epoch)
-            sched._last_lr = [g["lr"] for g in opt.param_groups]
-        if scaler is not None and s.get("scaler"): scaler.load_state_dict(s["scaler"])
-        step, epoch, skip_steps = int(s["step"]), int(s["epoch"]), int(s["step_in_epoch"])
-        if ema is not None: ema.n_averaged = int(s["ema_n_averaged"])
-        gref = s.get("grad_norm_ref")
-        if int(s["world_size"]) == world: gen.set_state(s["noise_rng"][rank])
-        else: gen.manual_seed(T.seed * 1000 + rank + 7919 * step)   # new world size: fresh, still seeded, streams
-        torch.set_rng_state(s["torch_rng"])
-    net = model
-    if distributed:
+def _schedule(R, last_epoch: int = -1):
+    "The LR schedule (diffusers' `get_scheduler`); `last_epoch=step - 1` continues one at `step` from the groups' `initial_lr`."
+    from diffusers.optimization import get_scheduler
+    return get_scheduler(R.T.lr_scheduler, R.opt, num_warmup_steps=R.p.warmup_steps, num_training_steps=R.total, last_epoch=last_epoch)
+
+# %% ../nbs/05_train.ipynb #6ee3febc
+def restore(R):
+    """Resume from `checkpoints/latest`: weights (and EMA); then, where the checkpoint has them, the optimizer, the LR
+    schedule rebuilt at the saved step through its public API (with this run's learning rate: a resume after divergence
+    may lower it), the grad scaler, the data position, the EMA count and the random streams. An imported checkpoint
+    without an optimizer starts at step 0; one with RoboTwin's optimizer goes on from its global step."""
+    where = latest_checkpoint(R.run_dir)
+    ck = load_checkpoint(where)
+    load_weights(R.model, ck["model"], where / "model.safetensors")
+    if R.ema is not None: load_weights(R.ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
+    s, ours = ck["state"], "scheduler" in ck["state"]
+    if "optimizer" not in s:   # an imported checkpoint (interop): weights only, training starts at step 0
+        if R.ema is not None: R.ema.n_averaged = 1
+        return
+    flags = [(g.get("fused"), g.get("foreach")) for g in R.opt.param_groups]
+    R.opt.load_state_dict(s["optimizer"])
+    for g, (fu, fe) in zip(R.opt.param_groups, flags):   # this machine's kernels; the base LR of this run's schedule
+        g["fused"], g["foreach"] = fu, fe
+        if ours: g["initial_lr"] = R.p.lr
+        else: g.setdefault("initial_lr", R.p.lr)
+    R.step, R.epoch = int(s["step"]), int(s["epoch"])
+    old = s["scheduler"]["base_lrs"][0] if ours else R.p.lr
+    if old != R.p.lr and R.is_main:
+        print(f"resume: learning rate {old:g} → {R.p.lr:g} (the schedule continues at step {R.step})", flush=True)
+    R.sched = _schedule(R, last_epoch=R.step - 1)
+    if R.scaler is not None and s.get("scaler"): R.scaler.load_state_dict(s["scaler"])
+    R.skip_steps, R.gref = int(s.get("step_in_epoch", 0)), s.get("grad_norm_ref")
+    if R.ema is not None: R.ema.n_averaged = int(s["ema_n_averaged"]) if ours else max(1, R.step)
+    if ours and int(s["world_size"]) == R.world: R.gen.set_state(s["noise_rng"][R.rank])
+    else: R.gen.manual_seed(R.T.seed * 1000 + R.rank + 7919 * R.step)   # new world size: fresh, still seeded, streams
+    if "torch_rng" in s: torch.set_rng_state(s["torch_rng"])
+    if not ours and R.is_main: print(f"resume: imported checkpoint at global step {R.step}, epoch {R.epoch}, with its optimizer state", flush=True)
+
+# %% ../nbs/05_train.ipynb #137467ff
+def _wrap(R):
+    "DDP (no per-step buffer broadcast unless the model has BatchNorm statistics), CUDA fast paths, torch.compile."
+    R.net = R.model
+    if R.distributed:
         # buffers here are the normalizer's constants, equal on every rank: broadcasting them before each forward (DDP's
         # default) would add a collective per step; models with BatchNorm statistics keep it
-        bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-        net = DDP(net, device_ids=[device.index] if use_cuda else None, find_unused_parameters=cfg.ddp.find_unused_parameters,
-                  bucket_cap_mb=cfg.ddp.bucket_cap_mb, **_buffer_sync(bn))
-    fast = cuda_fast_paths(T, device)
-    net, compiled = _compile(cfg, model, net, train_ds, p.per_device_batch, device, autocast, precision, is_main)
+        bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in R.model.modules())
+        R.net = DDP(R.net, device_ids=[R.device.index] if R.use_cuda else None, find_unused_parameters=R.cfg.ddp.find_unused_parameters,
+                    bucket_cap_mb=R.cfg.ddp.bucket_cap_mb, **_buffer_sync(bn))
+    R.fast = cuda_fast_paths(R.T, R.device)
+    R.net, R.compiled = _compile(R.cfg, R.model, R.net, R.train_ds, R.p.per_device_batch, R.device, R.autocast, R.precision, R.is_main)
 
-    ranks = [dict(device=str(device), host=socket.gethostname(), pid=os.getpid())]   # config.yaml: which process is which rank
-    if distributed: me, ranks = ranks[0], [None] * world; dist.all_gather_object(ranks, me)
-    devices = [r["device"] for r in ranks]
-    log_f = None
-    if is_main:
-        if run_dir.exists() and (run_dir / "logs.jsonl").exists() and not resume and T.resume != "auto":
-            raise TrainError(f"{run_dir}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "STOP").unlink(missing_ok=True)   # a stop request is for the run that was going when it was made
-        meta = dict(world_size=world, devices=devices, ranks=ranks, backend=dist.get_backend() if distributed else None,
-                    plan=p.__dict__, precision=precision, versions=_versions(), resumed_from=step if resume else None,
-                    compile=compiled, cuda_fast_paths=fast or None)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg) + "\n# run\n" + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
-        log_f = open(run_dir / "logs.jsonl", "a", buffering=1)
-        trackers = Trackers(cfg, run_dir, step + 1 if resume else None)
-        print(f"dptoolkit train | world {world} | ranks 0-{world - 1} | device {device.type} | backend "
-              f"{dist.get_backend() if distributed else 'none'} | batch {p.per_device_batch}/device × {world} × accum {p.grad_accum} "
-              f"= {p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {precision}" + (f" + {fast}" if fast else "")
-              + f" | {compiled} | steps {step}→{total} | "
-              + (f"{torch.get_num_threads()} thread(s)/rank × {world} on {_cores()} cores | " if not use_cuda else "")
-              + f"{len(train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "") +
-              f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "") + (f" ({ds.note})" if ds.note else "") +
-              f", {steps_per_epoch} steps/epoch | run {run_dir}", flush=True)
-    if distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
+def _open_run(R, resume):
+    "Rank 0 writes config.yaml (with every rank's host, pid and device), opens the log and trackers, prints the banner."
+    ranks = [dict(device=str(R.device), host=socket.gethostname(), pid=os.getpid())]   # which process is which rank
+    if R.distributed: me, ranks = ranks[0], [None] * R.world; dist.all_gather_object(ranks, me)
+    R.log_f = R.trackers = None
+    if R.is_main:
+        rd, p, ds = R.run_dir, R.p, R.ds
+        if rd.exists() and (rd / "logs.jsonl").exists() and not resume and R.T.resume != "auto":
+            raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
+        rd.mkdir(parents=True, exist_ok=True)
+        (rd / "STOP").unlink(missing_ok=True)   # a stop request is for the run that was going when it was made
+        backend = dist.get_backend() if R.distributed else None
+        meta = dict(world_size=R.world, devices=[r["device"] for r in ranks], ranks=ranks, backend=backend, plan=p.__dict__,
+                    precision=R.precision, versions=_versions(), resumed_from=R.step if resume else None,
+                    compile=R.compiled, cuda_fast_paths=R.fast or None)
+        (rd / "config.yaml").write_text(OmegaConf.to_yaml(R.cfg) + "\n# run\n" + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
+        R.log_f = open(rd / "logs.jsonl", "a", buffering=1)
+        R.trackers = Trackers(R.cfg, rd, R.step + 1 if resume else None)
+        print(f"dptoolkit train | world {R.world} | ranks 0-{R.world - 1} | device {R.device.type} | backend {backend or 'none'} "
+              f"| batch {p.per_device_batch}/device × {R.world} × accum {p.grad_accum} = {p.effective_batch} | lr {p.lr:g} "
+              f"({p.lr_scaling} ×{p.lr_factor:g}) | {R.precision}" + (f" + {R.fast}" if R.fast else "")
+              + f" | {R.compiled} | steps {R.step}→{R.total} | "
+              + (f"{torch.get_num_threads()} thread(s)/rank × {R.world} on {_cores()} cores | " if not R.use_cuda else "")
+              + f"{len(R.train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "")
+              + f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "") + (f" ({ds.note})" if ds.note else "")
+              + f", {R.steps_per_epoch} steps/epoch | run {rd}", flush=True)
+    if R.distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
-    def gather_rng():
-        st = gen.get_state()
-        if not distributed: return [st]
-        out = [None] * world; dist.all_gather_object(out, st); return out
+def _save(R):
+    "A checkpoint at `R.step` (every rank's noise stream gathered; rank 0 writes); never one of non-finite weights."
+    R.beat.phase = "save"
+    if R.T.on_nonfinite == "stop" and not _params_finite(R.model, R.ema):
+        raise TrainError(f"step {R.step}: the model's weights are not finite (training diverged); no checkpoint was written. "
+                         + _last_good(R.run_dir, R.p.lr))
+    states = [R.gen.get_state()]
+    if R.distributed: states = [None] * R.world; dist.all_gather_object(states, R.gen.get_state())
+    if R.is_main:
+        ema = R.ema
+        state = dict(optimizer=R.opt.state_dict(), scheduler=R.sched.state_dict(), scaler=R.scaler.state_dict() if R.scaler else {},
+                     step=R.step, epoch=R.epoch, step_in_epoch=R.step_in_epoch, world_size=R.world, noise_rng=states,
+                     torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0,
+                     grad_norm_ref=R.gref)
+        write_checkpoint(R.run_dir, R.step, R.model, ema, state, int(R.T.keep_checkpoints))
 
-    def save():
-        beat.phase = "save"
-        if T.on_nonfinite == "stop" and not _params_finite(model, ema):
-            raise TrainError(f"step {step}: the model's weights are not finite (training diverged); no checkpoint was written. "
-                             + _last_good(run_dir, p.lr))
-        states = gather_rng()
-        if is_main:
-            state = dict(optimizer=opt.state_dict(), scheduler=sched.state_dict(), scaler=scaler.state_dict() if scaler else {},
-                         step=step, epoch=epoch, step_in_epoch=step_in_epoch, world_size=world, noise_rng=states,
-                         torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0,
-                         grad_norm_ref=gref)
-            _write_checkpoint(run_dir, step, model, ema, state, int(T.keep_checkpoints))
+# %% ../nbs/05_train.ipynb #305d75bf
+class _Window:
+    """A log window's figures, kept on the device until the log step: loss sum, grad-norm sum, data time, steps, stop
+    votes, finite-loss steps, grad-norm max, each step's grad norm, then each rank's CPU share (its CPU seconds over the
+    window's wall time × its torch threads). One all-reduce and one host read per log step."""
+    def __init__(self, R):
+        self.L, self.threads = int(R.T.log_every), torch.get_num_threads()
+        self.buf = torch.zeros(7 + self.L + R.world, dtype=torch.float64, device=R.device)
+        self.t_start = time.perf_counter(); self.val_s = 0.0
+        self.reset()
 
-    # the loop
-    beat = _heartbeat(distributed, rank, world, run_dir, T)   # progress and phase for the stall watchdog (host attributes)
-    stop = StopSignal(T.stop_signals)                          # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
-    t_start = time.perf_counter(); t_win = t_start
-    c_win, val_s, threads = time.process_time(), 0.0, torch.get_num_threads()   # contention: CPU seconds / thread-seconds
-    # loss sum, grad-norm sum, data time, steps, stop votes, finite-loss steps, grad-norm max, then each step's grad norm
-    # ... and each rank's CPU share (its process's CPU seconds over the window's wall time × its torch threads)
-    L = int(T.log_every)
-    win = torch.zeros(7 + L + world, dtype=torch.float64, device=device)
-    in_win = 0                                                  # optimizer steps in this log window (host count)
-    data_wait = 0.0                                             # host seconds; joins `win` only at log steps
-    last_log = None; step_in_epoch = skip_steps
-    stopping = None
-    while step < total and not stopping:
-        loader.set_epoch(epoch, skip_batches=skip_steps * p.grad_accum); skip_steps = 0
+    def reset(self):
+        self.buf.zero_(); self.n, self.data_wait = 0, 0.0   # steps in the window (host count); host seconds waiting for data
+        self.t, self.cpu = time.perf_counter(), time.process_time()
+
+    def add(self, loss, gn):
+        b = self.buf
+        b[0] += loss; b[1] += gn; b[3] += 1; b[5] += torch.isfinite(loss)
+        b[6] = torch.maximum(b[6], gn); b[7 + self.n] = gn; self.n += 1
+
+def log_step(R, W, stop, val_due):
+    "At a log step: reduce the window, write the record (rank 0), check finiteness and spikes, agree on a stop."
+    b, world = W.buf, R.world
+    b[2] = W.data_wait; b[4] = float(stop.received is not None or R.is_main and (R.run_dir / "STOP").exists())
+    b[7 + W.L + R.rank] = (time.process_time() - W.cpu) / max(time.perf_counter() - W.t, 1e-9) / W.threads
+    R.beat.phase = "log"
+    if R.distributed: dist.all_reduce(b)   # the one collective of a log step: metrics and stop votes together
+    w = b.tolist()                         # the one host read of a log step (waits for the queued work)
+    now = time.perf_counter()
+    n = max(w[3], 1); wall = now - W.t; steps = n / world; eb = R.p.effective_batch
+    norms = sorted(v / world for v in w[7:7 + W.n])
+    rec = dict(step=R.step, epoch=R.epoch, loss=w[0] / n, lr=R.sched.get_last_lr()[0], grad_norm=w[1] / n,
+               grad_norm_max=w[6] / world, grad_norm_median=norms[len(norms) // 2] if norms else None,
+               world_size=world, global_batch=eb, samples_per_s=eb * steps / wall, steps_per_s=steps / wall,
+               step_time_s=wall / steps, data_time_s=w[2] / n, compute_time_s=max(0.0, wall / steps - w[2] / n),
+               wall_s=now - W.t_start, time=time.time())
+    cpu = w[7 + W.L:]
+    rec.update(train_s=rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu), cpu_share_rank=cpu.index(min(cpu)),
+               load=os.getloadavg()[0] / _cores())
+    if R.is_main:
+        if val_due:   # validation time is kept out of both timing windows (and out of train_s)
+            t_val = time.perf_counter(); R.beat.phase = "val"
+            rec["val_loss"] = _val_loss(R.ema.module if R.ema is not None else R.model, R.val_ds, R.p.per_device_batch,
+                                        R.device, R.autocast, R.T.seed)
+            W.val_s += time.perf_counter() - t_val
+        R.log_f.write(strict_json(rec) + "\n"); R.trackers.log(rec)
+        if not progress(step=R.step, total=R.total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
+            print(f"step {R.step}/{R.total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
+    if R.T.on_nonfinite == "stop":
+        _check_finite(rec, w[5], R.scaler is not None, R.run_dir, R.p.lr)
+        R.gref = _check_spike(rec, R.gref, OmegaConf.select(R.T, "grad_spike", default=None), R.run_dir, R.p.lr)
+    if w[4] > 0:   # every rank agrees on this step
+        R.stopping = stop.received or (R.is_main and _stop_request(R.run_dir)) or "a stop request on another rank"
+    R.last_log = rec
+    W.reset()
+
+def _finish(R, W) -> dict | None:
+    "After the last step: rank 0 writes result.json (with the EMA model's validation loss) and releases the folder."
+    result = None
+    if R.stopping and R.is_main:
+        print(f"stopped by {R.stopping} at step {R.step}/{R.total}: checkpoint {R.run_dir / 'checkpoints' / f'step_{R.step:06d}'}; "
+              f"resume with training.resume=auto (dpt train --resume)", flush=True)
+    if R.is_main:
+        last = R.last_log
+        result = dict(steps=R.step, epochs=R.epoch, world_size=R.world, final_loss=last["loss"] if last else None,
+                      samples_per_s=last["samples_per_s"] if last else None, wall_s=time.perf_counter() - W.t_start,
+                      run_dir=str(R.run_dir), effective_batch=R.p.effective_batch, lr=R.p.lr, completed=R.step >= R.total,
+                      stopped_by=R.stopping)
+        if len(R.val_ds) and R.ema is not None:
+            result["val_loss_ema"] = _val_loss(R.ema.module, R.val_ds, R.p.per_device_batch, R.device, R.autocast, R.T.seed)
+        tmp = R.run_dir / ".result.tmp"
+        tmp.write_text(strict_json(result, indent=1)); os.replace(tmp, R.run_dir / "result.json")
+        R.log_f.close(); R.trackers.close(result)
+        unlock_run(R.run_dir)
+    if R.distributed: dist.barrier()
+    return result
+
+# %% ../nbs/05_train.ipynb #f52200bf
+def train_worker(cfg) -> dict:
+    "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and returns metrics."
+    R = _rank_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
+    T, p = R.T, R.p
+    _build(R)
+    resume_step(R.run_dir, T.resume, T.max_steps)   # under torchrun / Slurm this is the first place to refuse it
+    if R.is_main: lock_run(R.run_dir)               # a second run into this folder is refused until this one ends
+    resume = (R.run_dir / "checkpoints" / "latest").exists() if T.resume == "auto" else bool(T.resume)
+    if resume: restore(R)
+    _wrap(R)
+    _open_run(R, resume)
+    R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # progress and phase for the stall watchdog
+    stop = StopSignal(T.stop_signals)                # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
+    W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
+    net, model, gen, opt, sched, scaler, ema, device = R.net, R.model, R.gen, R.opt, R.sched, R.scaler, R.ema, R.device
+    while R.step < R.total and not R.stopping:
+        R.loader.set_epoch(R.epoch, skip_batches=R.skip_steps * p.grad_accum); R.skip_steps = 0
         micro, loss_acc = 0, 0.0
         t_data = time.perf_counter(); beat.phase = "data"
-        for batch in loader:
-            data_wait += time.perf_counter() - t_data; beat.phase = "step"
+        for batch in R.loader:
+            W.data_wait += time.perf_counter() - t_data; beat.phase = "step"
             batch = _to(batch, device)
             micro += 1
             last = micro % p.grad_accum == 0
-            sync = contextlib.nullcontext() if (last or not distributed) else net.no_sync()
-            with sync:
-                with autocast():
+            with contextlib.nullcontext() if (last or not R.distributed) else net.no_sync():
+                with R.autocast():
                     loss = net(batch, **model.draw(batch, gen)) / p.grad_accum   # random inputs drawn outside the compiled graph
                 (scaler.scale(loss) if scaler else loss).backward()
             loss_acc = loss_acc + loss.detach()
             if not last:
                 t_data = time.perf_counter(); beat.phase = "data"; continue
             if scaler: scaler.unscale_(opt)
-            gn = _grad_norm(params, T.grad_clip)
+            gn = _grad_norm(R.params, T.grad_clip)
             if scaler: scaler.step(opt); scaler.update()
             else: opt.step()
             opt.zero_grad(set_to_none=True); sched.step()
             if ema is not None: ema.update_parameters(model)
-            step += 1; step_in_epoch += 1; beat.progress = step
-            gn = gn.detach().double()
-            win[0] += loss_acc; win[1] += gn; win[3] += 1; win[5] += torch.isfinite(loss_acc); loss_acc = 0.0
-            win[6] = torch.maximum(win[6], gn); win[7 + in_win] = gn; in_win += 1
-            val_due = bool(T.val_every) and step_in_epoch >= steps_per_epoch and (epoch + 1) % T.val_every == 0 and len(val_ds) > 0
-            if step % T.log_every == 0 or step == total or val_due:
-                win[2] = data_wait; win[4] = float(stop.received is not None or is_main and (run_dir / "STOP").exists())
-                win[7 + L + rank] = (time.process_time() - c_win) / max(time.perf_counter() - t_win, 1e-9) / threads
-                beat.phase = "log"
-                if distributed: dist.all_reduce(win)   # the one collective of a log step: metrics and stop votes together
-                w = win.tolist()                       # the one host read of a log step (waits for the queued work)
-                now = time.perf_counter()
-                n = max(w[3], 1); wall = now - t_win
-                steps_in_win = n / world
-                norms = sorted(v / world for v in w[7:7 + in_win])
-                rec = dict(step=step, epoch=epoch, loss=w[0] / n, lr=sched.get_last_lr()[0], grad_norm=w[1] / n,
-                           grad_norm_max=w[6] / world, grad_norm_median=norms[len(norms) // 2] if norms else None,
-                           world_size=world, global_batch=p.effective_batch, samples_per_s=p.effective_batch * steps_in_win / wall,
-                           steps_per_s=steps_in_win / wall, step_time_s=wall / steps_in_win, data_time_s=w[2] / n,
-                           compute_time_s=max(0.0, wall / steps_in_win - w[2] / n), wall_s=now - t_start, time=time.time())
-                cpu = w[7 + L:]
-                rec.update(train_s=rec["wall_s"] - val_s, threads=threads, cpu_share=min(cpu), cpu_share_rank=cpu.index(min(cpu)),
-                           load=os.getloadavg()[0] / _cores())
-                if is_main:
-                    if val_due:   # validation time is kept out of both timing windows (and out of train_s)
-                        t_val = time.perf_counter(); beat.phase = "val"
-                        rec["val_loss"] = _val_loss(ema.module if ema is not None else model, val_ds, p.per_device_batch, device, autocast, T.seed)
-                        val_s += time.perf_counter() - t_val
-                    log_f.write(strict_json(rec) + "\n"); trackers.log(rec)
-                    if not progress(step=step, total=total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
-                        print(f"step {step}/{total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
-                if T.on_nonfinite == "stop":
-                    _check_finite(rec, w[5], scaler is not None, run_dir, p.lr)
-                    gref = _check_spike(rec, gref, OmegaConf.select(T, "grad_spike", default=None), run_dir, p.lr)
-                if w[4] > 0:   # every rank agrees on this step
-                    stopping = stop.received or (is_main and _stop_request(run_dir)) or "a stop request on another rank"
-                last_log = rec; win.zero_(); in_win = 0; data_wait = 0.0; t_win = time.perf_counter(); c_win = time.process_time()
-            if T.checkpoint_every and step % T.checkpoint_every == 0 and step < total: save()
-            if step >= total or step_in_epoch >= steps_per_epoch or stopping: break
+            R.step += 1; R.step_in_epoch += 1; beat.progress = R.step
+            W.add(loss_acc, gn.detach().double()); loss_acc = 0.0
+            val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch and (R.epoch + 1) % T.val_every == 0
+                       and len(R.val_ds) > 0)
+            if R.step % T.log_every == 0 or R.step == R.total or val_due: log_step(R, W, stop, val_due)
+            if T.checkpoint_every and R.step % T.checkpoint_every == 0 and R.step < R.total: _save(R)
+            if R.step >= R.total or R.step_in_epoch >= R.steps_per_epoch or R.stopping: break
             t_data = time.perf_counter(); beat.phase = "data"
-        if step_in_epoch >= steps_per_epoch: epoch += 1; step_in_epoch = 0
-    save()
+        if R.step_in_epoch >= R.steps_per_epoch: R.epoch += 1; R.step_in_epoch = 0
+    _save(R)
     stop.restore(); beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
-    if stopping and is_main: print(f"stopped by {stopping} at step {step}/{total}: checkpoint {run_dir / 'checkpoints' / f'step_{step:06d}'}; "
-                                    f"resume with training.resume=auto (dpt train --resume)", flush=True)
+    return _finish(R, W)
 
-    result = None
-    if is_main:
-        result = dict(steps=step, epochs=epoch, world_size=world, final_loss=last_log["loss"] if last_log else None,
-                      samples_per_s=last_log["samples_per_s"] if last_log else None, wall_s=time.perf_counter() - t_start,
-                      run_dir=str(run_dir), effective_batch=p.effective_batch, lr=p.lr, completed=step >= total,
-                      stopped_by=stopping)
-        if len(val_ds) and ema is not None:
-            result["val_loss_ema"] = _val_loss(ema.module, val_ds, p.per_device_batch, device, autocast, T.seed)
-        (run_dir / ".result.tmp").write_text(strict_json(result, indent=1)); os.replace(run_dir / ".result.tmp", run_dir / "result.json")
-        log_f.close(); trackers.close(result)
-        unlock_run(run_dir)
-    if distributed: dist.barrier()
-    return result
-
+# %% ../nbs/05_train.ipynb #b430eeb9
 @torch.no_grad()
 def _val_loss(model, ds, bs, device, autocast, seed, max_batches=10):
     g = torch.Generator(device=device); g.manual_seed(seed)
@@ -685,39 +629,6 @@ class RunResult:
     "A finished run: its folder and final metrics (also in `run_dir/result.json`)."
     run_dir: Path
     metrics: dict
-
-def _check_run_dir(rd: Path, resume):
-    """Refuse, before any process starts and without creating anything, a run folder that cannot be written, that
-    another run holds, that holds a run but resume is off, or that has no checkpoint but resume is on."""
-    from dptoolkit.store import existing_parent
-    p = existing_parent(rd)
-    if not os.access(p, os.W_OK):
-        raise TrainError(f"{rd}: cannot create the run folder or write in it ({p} is read-only); "
-                         "choose a writable folder (logging.run_dir, --out)")
-    if (rd / ".lock").exists():
-        fd = os.open(rd / ".lock", os.O_RDONLY)
-        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            raise TrainError(f"{rd}: another run is training into this folder now (pid {os.pread(fd, 200, 0).decode(errors='replace').strip()}); "
-                             "wait for it or stop it, or choose another folder") from None
-        finally: os.close(fd)
-    if resume is True: latest_checkpoint(rd)
-    elif not resume and (rd / "logs.jsonl").exists():
-        raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
-
-def resume_step(rd: Path, resume, max_steps) -> int | None:
-    """The step a resumed run would start from (None when it starts afresh). Refuses, before any process starts, a
-    `training.max_steps` below it, and an explicit resume of a run that already reached it (nothing would train)."""
-    latest = Path(rd) / "checkpoints" / "latest"
-    if not resume or not latest.exists(): return None
-    name = latest.read_text().strip()
-    try: step = int(name.removeprefix("step_"))
-    except ValueError: return None   # an imported checkpoint's folder: its state says
-    if max_steps is not None and (step > max_steps or step == max_steps and resume is True):
-        raise TrainError(f"{rd}: resume: the run is already at step {step} ({latest.parent.name}/{name}), "
-                         f"{'past' if step > max_steps else 'at'} training.max_steps={max_steps}; set training.max_steps above "
-                         f"{step} to train further, or start a new run folder")
-    return step
 
 class BackgroundRun:
     """A run started by `train(..., wait=False)`: a `dpt train` process beside the kernel (its own session, so
@@ -788,7 +699,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     make_plan(cfg, dev.nprocs)                      # refuse an impossible plan before starting processes
     if cfg.task.dataset.zarr_path: check_store_shapes(cfg, describe(cfg.task.dataset.zarr_path))
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
-    _check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
+    check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
     if at is not None and at == cfg.training.max_steps and (rd / "result.json").exists():   # resume=auto, nothing left
         print(f"train: {rd} already finished at step {at} = training.max_steps; nothing to train (raise it to continue)")

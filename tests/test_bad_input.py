@@ -16,7 +16,8 @@ from dptoolkit.launch import LaunchError, launch
 from dptoolkit.merge import MergeError, merge
 from dptoolkit.report import ReportError, read_log, summarize
 from dptoolkit.store import StoreError, sample_data, validate, verify, write_store
-from dptoolkit.train import TrainError, _write_checkpoint, latest_checkpoint, load_checkpoint, lock_run, train, unlock_run
+from dptoolkit.checkpoint import TrainError, latest_checkpoint, load_checkpoint, lock_run, unlock_run, write_checkpoint as _write_checkpoint
+from dptoolkit.train import train
 from conftest import ROOT, dpt
 
 ROWS = {}   # id -> (area, input, the words the message must contain, what is left on disk)

@@ -10,7 +10,8 @@ import pytest
 
 from dptoolkit.cli import DEMO_MODEL
 from dptoolkit.config import for_store
-from dptoolkit.report import read_log, summarize, sweep
+from dptoolkit.report import read_log, summarize
+from dptoolkit.sweep import sweep
 
 pytestmark = pytest.mark.solo
 

@@ -1,6 +1,8 @@
 """The docs site in a real browser: build it (tools/build_docs.py, no Quarto), serve it on 127.0.0.1, open every page
-in headless Debian Chromium through Playwright, and check: no console errors or failed requests, navigation reaches
-every chapter, the API reference of merge / launch / report is there, and the speed-up figure is an image that loaded.
+in headless Debian Chromium through Playwright, and check: no console errors or failed requests, the sidebar reaches
+every chapter and lists the page's sections, search finds a section on another page, widgets show as static forms and
+bars at their final state (never as their text repr), no temporary path, one shared stylesheet, a link to each
+notebook, the API reference of merge / launch / report, and the speed-up figure is an image that loaded.
 Screenshots go to _screenshots/ (one per page). Skipped, with the reason, where Chromium or Playwright is missing."""
 import functools, http.server, json, os, re, shutil, socketserver, subprocess, sys, threading
 from pathlib import Path
@@ -64,7 +66,7 @@ def test_site_in_browser(site, server, browser):
     reached = set()
     for p in pages[1:]:
         page.goto(f"{server}/index.html")
-        page.locator("#dpt-nav a", has_text=p["title"]).first.click(); page.wait_for_load_state("networkidle")
+        page.locator("#dpt-side nav a", has_text=p["title"]).first.click(); page.wait_for_load_state("networkidle")
         assert page.url.endswith("/" + p["file"]); reached.add(p["stem"])
     assert reached == {p["stem"] for p in pages[1:]}
     page.goto(f"{server}/index.html")                     # chapter links inside the home page work too
@@ -72,7 +74,7 @@ def test_site_in_browser(site, server, browser):
     assert page.url.endswith("/01_merge.html")
 
     for file, names in (("01_merge.html", ["merge", "MergeError"]), ("06_launch.html", ["launch", "LaunchError"]),
-                        ("07_report.html", ["read_log", "summarize", "plot_speedup", "plot_throughput", "sweep"])):
+                        ("07_report.html", ["read_log", "summarize", "plot_speedup", "plot_throughput"]), ("07b_sweep.html", ["sweep", "compare_scaling"])):
         page.goto(f"{server}/{file}"); page.wait_for_load_state("networkidle")
         text = re.sub(r"\s+", "", page.inner_text("body"))
         for n in names:                                   # show_doc's API reference: heading + rendered signature
@@ -93,3 +95,36 @@ def test_site_in_browser(site, server, browser):
     assert all(c and w > 200 and h > 100 for c, w, h in sizes), sizes   # the throughput / speed-up figure decoded
     page.locator("img").last.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "07_report_speedup.png"))
+
+
+
+def test_site_reads_well(site, server, browser):
+    "Issue 27: what a reader sees: static widgets, no temp paths, a compact page, search, contents, source links."
+    pages = json.loads((site / "pages.json").read_text())
+    for p in pages:
+        text = (site / p["file"]).read_text()
+        for repr_ in ("VBox(children=", "HBox(children=", "FloatProgress(value=", "Dropdown(description="):
+            assert repr_ not in text, (p["file"], repr_)                 # a widget rendered as its Python repr
+        assert not re.search(r"/tmp/tmp\w|/tmp/pytest-of", text), p["file"]   # temporary folders of the build
+        assert "<style" not in text.split("</head>")[0] and len(text.split("</head>")[0]) < 4000, p["file"]   # shared CSS
+        assert f'href="nbs/{p["stem"]}.ipynb"' in text and (site / "nbs" / f'{p["stem"]}.ipynb').exists()
+    config = (site / "02_config.html").read_text()
+    assert '<select disabled' in config and 'class="w-vbox"' in config    # the config form, as a form
+    bars = {p["file"]: re.findall(r'<progress class="w-progress[^"]*" value="([\d.]+)" max="([\d.]+)"', (site / p["file"]).read_text())
+            for p in pages}
+    assert sum(map(len, bars.values())) >= 2, bars                       # tqdm bars render as bars...
+    assert all(float(v) == float(m) for b in bars.values() for v, m in b), bars   # ...at their final state
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{server}/02_config.html"); page.wait_for_load_state("networkidle")
+    toc = page.locator("#dpt-side li.current ol.toc a")
+    assert toc.count() >= 3                                               # the page's own sections in the sidebar
+    href = toc.nth(1).get_attribute("href"); assert href.startswith("#")
+    assert page.locator(f"[id='{href[1:]}']").count() == 1
+    page.fill("#dpt-search", "stall watchdog"); page.wait_for_timeout(300)
+    hits = page.locator("#dpt-results a")
+    assert hits.count() >= 1 and any("06_launch.html#" in (hits.nth(i).get_attribute("href") or "") for i in range(hits.count()))
+    hits.first.click(); page.wait_for_load_state("networkidle")
+    assert "06_launch.html" in page.url or "05_train.html" in page.url
+    page.fill("#dpt-search", "zzzqqq"); page.wait_for_timeout(200)
+    assert page.locator("#dpt-results").inner_text().strip() == "no match"
