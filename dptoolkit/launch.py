@@ -245,7 +245,7 @@ class StallWatch:
     """Reads the ranks' heartbeats from `store`; `poll()` returns a one-line report once no rank has advanced for
     `timeout` s (`auto`: max(`floor`, 20 × the slowest step seen)), else None. Arms when every rank has entered its
     loop (or one has made a step, which needs them all); disarms when one finishes."""
-    def __init__(self, store, world: int, timeout="auto", floor: float = 120.0, every: float = 2.0):
+    def __init__(self, store, world: int, timeout="auto", floor: float = 90.0, every: float = 2.0):
         self.store, self.world, self.timeout, self.floor, self.every = _raw_store(store), world, timeout, floor, every
         self.beats, self.seen_at, self.slowest = {}, {}, 0.0
         self.moved_at, self.last_progress = None, None
