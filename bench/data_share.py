@@ -20,7 +20,8 @@ def main():
     from dptoolkit.store import sample_data
     from dptoolkit.merge import merge
     from dptoolkit.config import for_store, plan
-    from dptoolkit.dataset import SequenceDataset, Normalizer
+    from dptoolkit.dataset import SequenceDataset
+    from dptoolkit.normalize import Normalizer
     from dptoolkit.policy import DiffusionPolicy
     from dptoolkit.train import ResumableSampler, _identity, train
     from dptoolkit.report import read_log

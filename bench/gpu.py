@@ -42,7 +42,7 @@ def model_rows(cfg, store, a, dev):
     "bare step (fp32, bf16, compiled bf16), naive loop, FLOPs per sample: in this process."
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    from dptoolkit.dataset import Normalizer
+    from dptoolkit.normalize import Normalizer
     from dptoolkit.policy import DiffusionPolicy
     from dptoolkit.store import open_store
     from dptoolkit.train import EMA, _adamw, cuda_fast_paths

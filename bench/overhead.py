@@ -38,7 +38,8 @@ def hand_loop(cfg, steps, warmup, features):
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler
-    from dptoolkit.dataset import Normalizer, SequenceDataset
+    from dptoolkit.dataset import SequenceDataset
+    from dptoolkit.normalize import Normalizer
     from dptoolkit.policy import DiffusionPolicy
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(max(1, os.cpu_count() // world)); torch.manual_seed(rank)

@@ -19,7 +19,7 @@ from .store import StoreError, _fmt_bytes, check_finite, describe, existing_pare
 __all__ = ['STORAGES', 'window_table', 'window_steps', 'ChunkCache', 'DataError', 'CacheError', 'default_cache_dir',
            'store_identity', 'DecodedCache', 'memory_budget', 'populate', 'cache_list', 'cache_clear',
            'resolve_storage', 'shard_episodes', 'SequenceDataset', 'shard_bytes', 'ResumableSampler', 'prefetch',
-           'RankLoader', 'config_storage', 'num_workers_for', 'prepare_cache', 'rank_loader', 'Normalizer']
+           'RankLoader', 'config_storage', 'num_workers_for', 'prepare_cache', 'rank_loader']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -667,60 +667,3 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
                             persistent_workers=bool(L.persistent_workers))
     loader.dataset, loader.train, loader.val = ds, train, val
     return loader
-
-# %% ../nbs/03_dataset.ipynb #f4a8312c
-class Normalizer(nn.Module):
-    """Per-key affine map to [-1, 1] from data limits (diffusion_policy's `LinearNormalizer`, "limits" mode);
-    `normalize`/`unnormalize` are exact inverses. `stats_<key>` keeps the data's min, max, mean and std (rows 0-3), which
-    diffusion_policy checkpoints carry as `input_stats`."""
-    def __init__(self, stats: dict | None = None):
-        super().__init__()
-        self.keys = []
-        for k, st in (stats or {}).items(): self.add(k, *st)
-
-    def add(self, key, lo, hi, mean=None, std=None, eps: float = 1e-4):
-        "Fit `key` to limits `lo`/`hi`; `mean`/`std` are kept for export (mid-range and 0 when not given)."
-        f = lambda v: torch.as_tensor(np.asarray(v), dtype=torch.float32)
-        lo, hi = f(lo), f(hi)
-        rng = hi - lo
-        const = rng < eps
-        scale = torch.where(const, torch.ones_like(rng), 2.0 / rng.clamp_min(eps))
-        offset = torch.where(const, -lo, -1.0 - scale * lo)
-        stats = torch.stack([lo, hi, f((lo + hi) / 2 if mean is None else mean), f(torch.zeros_like(lo) if std is None else std)])
-        self.register_buffer(f"scale_{key}", scale); self.register_buffer(f"offset_{key}", offset)
-        self.register_buffer(f"stats_{key}", stats)
-        if key not in self.keys: self.keys.append(key)
-
-    def normalize(self, key, x): return x * getattr(self, f"scale_{key}") + getattr(self, f"offset_{key}")
-    def unnormalize(self, key, y): return (y - getattr(self, f"offset_{key}")) / getattr(self, f"scale_{key}")
-
-    @classmethod
-    def from_store(cls, path, keys):
-        "Fit on `data/<key>` of a store, streaming chunk by chunk (min, max, mean and unbiased std per dimension)."
-        g = open_store(path); stats = {}
-        for k in keys:
-            a = g[f"data/{k}"]; C = a.chunks[0]
-            lo = hi = None; s1 = s2 = 0.0
-            for s in range(0, a.shape[0], C):
-                blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, min(s + C, a.shape[0])), dtype=np.float64)
-                lo = blk.min(0) if lo is None else np.minimum(lo, blk.min(0))
-                hi = blk.max(0) if hi is None else np.maximum(hi, blk.max(0))
-                s1 = s1 + blk.sum(0); s2 = s2 + (blk * blk).sum(0)
-            n = a.shape[0]; mean = s1 / n
-            std = np.sqrt(np.maximum(s2 - n * mean * mean, 0) / max(n - 1, 1))
-            stats[k] = (lo, hi, mean, std)
-        return cls(stats)
-
-    @classmethod
-    def from_state_dict(cls, sd: dict):
-        "Rebuild from saved buffers (keys are recovered from the buffer names)."
-        n = cls()
-        for name in sd:
-            if name.startswith("scale_"):
-                k = name[len("scale_"):]
-                n.register_buffer(name, sd[name].clone()); n.register_buffer(f"offset_{k}", sd[f"offset_{k}"].clone())
-                sc, off = sd[name], sd[f"offset_{k}"]
-                lo, hi = (-1 - off) / sc, (1 - off) / sc
-                n.register_buffer(f"stats_{k}", sd[f"stats_{k}"].clone() if f"stats_{k}" in sd else torch.stack([lo, hi, (lo + hi) / 2, 0 * lo]))
-                n.keys.append(k)
-        return n

@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .config import DIM_CONFIGS, load_config
-from .dataset import Normalizer
+from .normalize import Normalizer
 from .policy import DiffusionPolicy, obs_shapes
 from .store import describe
 from .checkpoint import latest_checkpoint, load_checkpoint, load_weights, write_checkpoint

@@ -13,7 +13,7 @@ from torch import nn
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 
-from .dataset import Normalizer
+from .normalize import Normalizer
 
 # %% auto #0
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',

@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from . import __version__
 from .config import ConfigError, plan as make_plan
-from .dataset import Normalizer, ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
+from .dataset import ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
+from .normalize import Normalizer
 from .checkpoint import (TrainError, check_run_dir, latest_checkpoint, load_checkpoint, load_weights, lock_run,
                                   resume_step, unlock_run, write_checkpoint)
 from .launch import Heartbeat, launch, launched, progress, watch_in_rank

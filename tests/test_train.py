@@ -34,7 +34,8 @@ def test_each_rank_sees_distinct_samples_covering_the_data():
 
 
 def _policy_and_batch(store):
-    from dptoolkit.dataset import Normalizer, SequenceDataset
+    from dptoolkit.dataset import SequenceDataset
+    from dptoolkit.normalize import Normalizer
     from dptoolkit.policy import DiffusionPolicy
     cfg = for_store(store, name="test")
     torch.manual_seed(0)
