@@ -47,7 +47,7 @@ def cmd_inspect(a):
 
 def cmd_cache(a):
     if not (a.store or a.list or a.clear): raise CLIError("dpt cache: give a STORE to cache, or --list / --clear")
-    from dptoolkit.dataset import DecodedCache, cache_clear, cache_list, default_cache_dir
+    from dptoolkit.cache import DecodedCache, cache_clear, cache_list, default_cache_dir
     from dptoolkit.store import _fmt_bytes
     folder = Path(a.cache_dir) if a.cache_dir else default_cache_dir()
     if a.list:
