@@ -344,6 +344,95 @@ def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2
     return watch
 
 # %% ../nbs/06_launch.ipynb #09ae2dc0
+class _Supervisor:
+    "The launcher's side of a run: rank messages (output, progress, results, errors), rank exits, signals, stalls."
+    def __init__(self, procs, conns, bar, watch, stop_grace):
+        self.procs, self.conns, self.bar, self.watch, self.stop_grace = procs, conns, bar, watch, stop_grace
+        self.sentinels = {p.sentinel: i for i, p in enumerate(procs)}
+        self.finished, self.result, self.failure, self.stop_at, self.next_poll = set(), None, None, {}, 0.0
+
+    def handle(self, msg):
+        kind, rank = msg[0], msg[1]
+        if kind == "out": print(f"[rank {rank}] {msg[2]}", flush=True)
+        elif kind == "progress": self.bar.update(msg[2])
+        elif kind == "result":
+            self.finished.add(rank)
+            if rank == 0: self.result = cloudpickle.loads(msg[2])
+        elif kind == "error" and self.failure is None:
+            # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
+            # anything else (a bug, a library's exception) carries the rank's traceback in the message
+            tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
+            self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2], rank_traceback=msg[3])
+
+    def drain(self, conn):
+        try:
+            while conn.poll(0): self.handle(conn.recv())
+        except (EOFError, OSError): self.conns.pop(conn, None)
+
+    def exited(self, rank):
+        "A rank's process ended: read what it sent last; a rank that ends without a result fails the run."
+        self.procs[rank].join()
+        for c, rk in list(self.conns.items()):
+            if rk == rank: self.drain(c)
+        code = self.procs[rank].exitcode
+        if self.failure is None and rank not in self.finished:
+            cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
+            if self.stop_at and code < 0: cause += f" (the launcher passed on {self.stop_at['name']}; this rank does not handle it)"
+            self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped", rank=rank, cause=cause)
+
+    def stalled(self):
+        "About once a second, busy output or not: the watch's report becomes the failure (with the live ranks' stacks)."
+        if self.watch is None or time.monotonic() < self.next_poll: return
+        self.next_poll = time.monotonic() + 1.0
+        msg = self.watch.poll()
+        if not msg: return
+        stacks = self.watch.ask_for_stacks()
+        bad = self.watch.culprits(time.monotonic())
+        self.failure = LaunchError(f"stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
+                                   + "; the ranks were stopped (the last checkpoint stays 'latest')",
+                                   rank=bad[0] if bad else None, cause="stalled")
+
+    def forward(self, signum, frame):
+        # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting, so ranks that
+        # handle it (train_worker: checkpoint, then return) finish normally within `stop_grace` seconds
+        if not self.stop_at:
+            self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
+            print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), waiting up to "
+                  f"{self.stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
+        for p in self.procs:
+            try:
+                if p.is_alive(): os.kill(p.pid, signum)
+            except (ProcessLookupError, ValueError): pass
+
+    def run(self):
+        "Wait until every rank finished (rank 0's result) or one failed (`LaunchError`)."
+        while len(self.finished) < len(self.procs) and self.failure is None:
+            if self.stop_at and time.monotonic() - self.stop_at["t"] > self.stop_grace:
+                self.failure = LaunchError(f"the ranks did not stop within {self.stop_grace:g} s of {self.stop_at['name']}; they were killed")
+                break
+            ready = mpc.wait(list(self.conns) + list(self.sentinels), timeout=1.0)
+            self.stalled()
+            for obj in ready if self.failure is None else []:
+                if obj in self.conns:
+                    try: self.handle(obj.recv())
+                    except (EOFError, OSError): self.conns.pop(obj, None)
+                elif obj in self.sentinels: self.exited(self.sentinels.pop(obj))
+                if self.failure is not None: break
+        if self.failure is not None: raise self.failure
+        return self.result
+
+    def close(self, grace, ok):
+        # after success the ranks are exiting on their own: let them finish (a rank terminated mid-exit leaves its
+        # semaphores for the resource tracker to warn about); after a failure give the others 2 s to fail or finish on their
+        # own (the same reason), after an interrupt stop them at once
+        _stop(self.procs, grace, wait=10.0 if ok else (2.0 if self.failure is not None else 0.0))
+        for c in list(self.conns):
+            try:
+                while c.poll(0): self.handle(c.recv())
+            except Exception: pass
+            c.close()
+        self.bar.close()
+
 def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | None = None,
            start_method: str = "forkserver", port: int | None = None, timeout: float = 1800,
            progress_bar: bool = True, forward_output: bool = True, grace: float = 3.0, env: dict | None = None,
@@ -371,25 +460,11 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                           master_listen_fd=sock.detach(), use_libuv=True)
     from dptoolkit.launch import _child as target  # the library's copy: importable in the children
     ctx = _context(start_method)
-    procs, conns = [], {}
-    bar = _Bar(progress_bar)
-    watch = StallWatch(store, nprocs, stall_timeout) if stall_timeout is not None else None
-    next_poll = 0.0
-    result, failure, pending_out, ok = None, None, {}, False
-    stop_at, old_handlers = {}, {}
-    def forward(signum, frame):
-        # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting, so ranks that
-        # handle it (train_worker: checkpoint, then return) finish normally within `stop_grace` seconds
-        if not stop_at:
-            stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
-            print(f"launch: {stop_at['name']}: passing it to {sum(p.is_alive() for p in procs)} rank(s), waiting up to "
-                  f"{stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
-        for p in procs:
-            try:
-                if p.is_alive(): os.kill(p.pid, signum)
-            except (ProcessLookupError, ValueError): pass
+    sup = _Supervisor([], {}, _Bar(progress_bar), StallWatch(store, nprocs, stall_timeout) if stall_timeout is not None else None,
+                      stop_grace)
+    old_handlers, ok = {}, False
     if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGTERM, signal.SIGUSR1): old_handlers[s] = signal.signal(s, forward)
+        for s in (signal.SIGTERM, signal.SIGUSR1): old_handlers[s] = signal.signal(s, sup.forward)
     try:
         for rank in range(nprocs):
             r, w = ctx.Pipe(duplex=False)
@@ -397,77 +472,15 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                             args=(rank, nprocs, payload, w, gpu_ids or [], backend, port, timeout, os.getpid(),
                                   forward_output, extra_env))
             p.start(); w.close()
-            procs.append(p); conns[r] = rank
-        finished = set()
-        sentinels = {p.sentinel: i for i, p in enumerate(procs)}
-
-        def handle(msg):
-            nonlocal result, failure
-            kind, rank = msg[0], msg[1]
-            if kind == "out": print(f"[rank {rank}] {msg[2]}", flush=True)
-            elif kind == "progress": bar.update(msg[2])
-            elif kind == "result":
-                finished.add(rank)
-                if rank == 0: result = cloudpickle.loads(msg[2])
-            elif kind == "error" and failure is None:
-                # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
-                # anything else (a bug, a library's exception) carries the rank's traceback in the message
-                tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
-                failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2], rank_traceback=msg[3])
-
-        def drain(conn):
-            try:
-                while conn.poll(0): handle(conn.recv())
-            except (EOFError, OSError): conns.pop(conn, None)
-
-        while len(finished) < nprocs and failure is None:
-            if stop_at and time.monotonic() - stop_at["t"] > stop_grace:
-                failure = LaunchError(f"the ranks did not stop within {stop_grace:g} s of {stop_at['name']}; they were killed")
-                break
-            ready = mpc.wait(list(conns) + list(sentinels), timeout=1.0)
-            stalled = None
-            if watch is not None and time.monotonic() >= next_poll:   # about once a second, busy output or not
-                next_poll = time.monotonic() + 1.0; stalled = watch.poll()
-            if stalled:
-                stacks = watch.ask_for_stacks()
-                bad = watch.culprits(time.monotonic())
-                failure = LaunchError(f"stalled: {stalled}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
-                                      + "; the ranks were stopped (the last checkpoint stays 'latest')",
-                                      rank=bad[0] if bad else None, cause="stalled")
-                break
-            for obj in ready:
-                if obj in conns:
-                    try: handle(obj.recv())
-                    except (EOFError, OSError): conns.pop(obj, None)
-                elif obj in sentinels:
-                    rank = sentinels.pop(obj)
-                    procs[rank].join()
-                    for c, rk in list(conns.items()):
-                        if rk == rank: drain(c)
-                    code = procs[rank].exitcode
-                    if failure is None and rank not in finished:
-                        cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
-                        if stop_at and code < 0: cause += f" (the launcher passed on {stop_at['name']}; this rank does not handle it)"
-                        failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",
-                                              rank=rank, cause=cause)
-                if failure is not None: break
-        if failure is not None: raise failure
+            sup.procs.append(p); sup.conns[r] = rank; sup.sentinels[p.sentinel] = rank
+        result = sup.run()
         ok = True
         return result
     except KeyboardInterrupt:
-        print(f"launch: interrupted; stopping {sum(p.is_alive() for p in procs)} rank(s)", file=sys.stderr, flush=True)
+        print(f"launch: interrupted; stopping {sum(p.is_alive() for p in sup.procs)} rank(s)", file=sys.stderr, flush=True)
         raise
     finally:
-        # after success the ranks are exiting on their own: let them finish (a rank terminated mid-exit leaves its
-        # semaphores for the resource tracker to warn about); after a failure give the others 2 s to fail or finish on their
-        # own (the same reason), after an interrupt stop them at once
-        _stop(procs, grace, wait=10.0 if ok else (2.0 if failure is not None else 0.0))
-        for c in list(conns):
-            try:
-                while c.poll(0): handle(c.recv())
-            except Exception: pass
-            c.close()
-        bar.close()
+        sup.close(grace, ok)
         for s, h in old_handlers.items(): signal.signal(s, h)
         del store
 
