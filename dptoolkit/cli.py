@@ -222,16 +222,46 @@ def bundled_data() -> Path | None:
 # prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise (epsilon)
 DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8", "policy.prediction_type=sample"]
 
+def _demo_merge(out: Path, data, progress: bool):
+    "Demo step 1: merge the bundled task stores (or sample ones, for an installed package) and show the episodes per task."
+    from dptoolkit.store import sample_data, episodes
+    from dptoolkit.merge import merge
+    if data is None:
+        print("bundled data/ not found (installed package): writing sample task stores first")
+        srcs = sample_data(out / "tasks", tasks=3, episodes=8)
+    else:
+        srcs = sorted(data.glob("*.zarr"))
+    info = merge(srcs, out / "merged.zarr", progress=progress)
+    ep = episodes(out / "merged.zarr")
+    print(f"{len(srcs)} stores → {info.path}: {info.episodes} episodes, {info.steps} steps, action_dim {info.action_dim}")
+    print(ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum"), mean_length=("length", "mean")).round(1).to_string())
+    return info
+
+def _demo_outputs(out: Path, s, runs, ev) -> dict:
+    "The demo's figures and tables in `out`, and the next steps; returns the figure paths."
+    from dptoolkit.report import plot_throughput, plot_speedup, plot_loss, _plt
+    plt = _plt()
+    figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs), "eval": ev.plot()}
+    paths = {}
+    for name, fig in figs.items():
+        paths[name] = out / f"{name}.png"; fig.savefig(paths[name], dpi=110); plt.close(fig)
+    (out / "summary.csv").write_text(s.to_csv(index=False))
+    (out / "eval.json").write_text(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
+    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values()) + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
+    print("\nnext steps:\n"
+          "  your own stores:   dpt inspect STORE.zarr, then dpt train --data STORE.zarr --nprocs N (or dpt merge A B -o AB first)\n"
+          "  the walkthrough:   jupyter lab nbs/09_walkthrough.ipynb (six tasks to a speed-up table, from notebook cells)\n"
+          "  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an sbatch script; --submit sends it)")
+    return paths
+
 def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
          progress: bool = True, batch: int = 16, timing_steps: int = 60, repeats: int = 2) -> dict:
     """Merge → inspect → config + plan → train on N processes → time 1 and N processes (interleaved repeats) →
     speed-up table and figures → offline evaluation of the trained policy. Returns the paths, the summary and the
     evaluation."""
     import shutil
-    from dptoolkit.store import sample_data, episodes
-    from dptoolkit.merge import merge
     from dptoolkit.config import for_store, select_config, plan, resolve_devices
-    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt, read_log
+    from dptoolkit.report import summarize, read_log
     from dptoolkit.sweep import sweep
     from dptoolkit.train import train
     from dptoolkit.evaluate import evaluate
@@ -245,15 +275,7 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     out.mkdir(parents=True, exist_ok=True)
     step = lambda n, s: print(f"\n== {n}. {s} ==", flush=True)
     step(1, "merge the sample task stores")
-    if data is None:
-        print("bundled data/ not found (installed package): writing sample task stores first")
-        srcs = sample_data(out / "tasks", tasks=3, episodes=8)
-    else:
-        srcs = sorted(data.glob("*.zarr"))
-    info = merge(srcs, out / "merged.zarr", progress=progress)
-    ep = episodes(out / "merged.zarr")
-    print(f"{len(srcs)} stores → {info.path}: {info.episodes} episodes, {info.steps} steps, action_dim {info.action_dim}")
-    print(ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum"), mean_length=("length", "mean")).round(1).to_string())
+    info = _demo_merge(out, data, progress)
     step(2, "select the config and plan the batch")
     chosen = select_config(out / "merged.zarr")
     dev = resolve_devices(num_gpus=nprocs if nprocs else (None if resolve_devices().kind == "cuda" else 2))
@@ -296,18 +318,7 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     print(f"the policy's action error is {pm / mm:.2f}× that of predicting the mean action" +
           (f" and {pm / hm:.2f}× that of holding the joint state still: " + ("it beats both." if pm < hm else
            "holding still is hard to beat over a short chunk of smooth motion (RoboTwin's action is the next joint state)")))
-    plt = _plt()
-    figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs), "eval": ev.plot()}
-    paths = {}
-    for name, fig in figs.items():
-        paths[name] = out / f"{name}.png"; fig.savefig(paths[name], dpi=110); plt.close(fig)
-    (out / "summary.csv").write_text(s.to_csv(index=False))
-    (out / "eval.json").write_text(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
-    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values()) + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
-    print("\nnext steps:\n"
-          "  your own stores:   dpt inspect STORE.zarr, then dpt train --data STORE.zarr --nprocs N (or dpt merge A B -o AB first)\n"
-          "  the walkthrough:   jupyter lab nbs/09_walkthrough.ipynb (six tasks to a speed-up table, from notebook cells)\n"
-          "  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an sbatch script; --submit sends it)")
+    paths = _demo_outputs(out, s, runs, ev)
     return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
 
 def cmd_demo(a):

@@ -23,21 +23,15 @@ def _arg_value(args, *names):
             if a.startswith(n + "="): return a.split("=", 1)[1]
     return None
 
-def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: bool = False, partition=None, time=None,
-                 account=None, requeue: bool = False, grace: int = 120, job_name: str = "dpt-train", cpus_per_task=None,
-                 python: str | None = None) -> str:
-    """An sbatch script that trains with `dpt train <train_args>` on `nodes` × `gpus_per_node` ranks: one srun task per node
-    runs torchrun (c10d rendezvous on the first node), SIGUSR1 `grace` s before the end → checkpoint and stop, `requeue`
-    → back in the queue, resuming from the checkpoint (`training.resume=auto`). `cpu`: no GPUs are requested and each
-    node's ranks are CPU processes with gloo (to try a cluster set-up without GPUs)."""
+def _job_train_args(train_args) -> tuple:
+    """`dpt train` arguments for a job: checked (--out needed, no --nprocs), `training.resume=auto` added, and every path
+    absolute (the job may start in another folder, on another node). Returns (args, the absolute run folder)."""
     args = [str(a) for a in train_args]
     if args and args[0] == "--": args = args[1:]
     if args and args[0] == "train": args = args[1:]
     run = _arg_value(args, "--out")
     if not run: raise ClusterError("the dpt train arguments need --out RUN_DIR: a run folder on a filesystem every node sees")
     if _arg_value(args, "--nprocs", "--gpu-ids"): raise ClusterError("--nprocs/--gpu-ids do not apply under Slurm: use --nodes and --gpus-per-node")
-    for name, v in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
-        if not isinstance(v, int) or v < 1: raise ClusterError(f"{name}={v!r}: must be an integer ≥ 1")
     if not any(a.startswith("training.resume=") or a == "--resume" for a in args):
         # next to the other KEY=VALUE overrides: argparse takes positionals in one run
         last = max((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), default=len(args) - 1)
@@ -51,7 +45,18 @@ def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: boo
     def absolute(a):
         flag, eq, v = a.partition("=")
         return flag + eq + paths.get(v, v) if eq and flag in ("--out", "--data", "--config") else paths.get(a, a)
-    args = [absolute(a) for a in args]
+    return [absolute(a) for a in args], run_abs
+
+def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: bool = False, partition=None, time=None,
+                 account=None, requeue: bool = False, grace: int = 120, job_name: str = "dpt-train", cpus_per_task=None,
+                 python: str | None = None) -> str:
+    """An sbatch script that trains with `dpt train <train_args>` on `nodes` × `gpus_per_node` ranks: one srun task per node
+    runs torchrun (c10d rendezvous on the first node), SIGUSR1 `grace` s before the end → checkpoint and stop, `requeue`
+    → back in the queue, resuming from the checkpoint (`training.resume=auto`). `cpu`: no GPUs are requested and each
+    node's ranks are CPU processes with gloo (to try a cluster set-up without GPUs)."""
+    for name, v in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
+        if not isinstance(v, int) or v < 1: raise ClusterError(f"{name}={v!r}: must be an integer ≥ 1")
+    args, run_abs = _job_train_args(train_args)
     py = python or sys.executable
     sb = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--chdir={Path.cwd()}"]
     sb += [f"--cpus-per-task={cpus_per_task or gpus_per_node}"] if cpu else [f"--gpus-per-node={gpus_per_node}"] + (
