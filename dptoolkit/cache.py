@@ -94,6 +94,7 @@ def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label=
             if progress_bar is not None: progress_bar.update(blk.nbytes)
         f.flush(); os.fsync(f.fileno())
 
+# %% ../nbs/02b_cache.ipynb #f14c4bc1
 class DecodedCache:
     """The keys a run needs, decoded once into memory-mappable `.npy` files under `cache_dir/<store>-<identity>/`.
 
@@ -206,6 +207,7 @@ class DecodedCache:
 
     def __repr__(self): return f"DecodedCache({self.store.name} → {self.dir})"
 
+# %% ../nbs/02b_cache.ipynb #c0e28965
 def memory_budget() -> int:
     "Bytes this process may still fill: available RAM, capped by its cgroup's memory limit (v1 or v2) where one is set."
     import psutil
@@ -256,6 +258,7 @@ def cache_list(cache_dir=None) -> pd.DataFrame:
                          size=_fmt_bytes(size), current=current, built=last.get("at", "")))
     return pd.DataFrame(rows, columns=["entry", "store", "keys", "bytes", "size", "current", "built"])
 
+# %% ../nbs/02b_cache.ipynb #4a916a91
 def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:
     """Remove cache entries (all, those of `store`, or with `stale_only` those whose store changed or is gone); returns bytes
     freed. An entry being built is skipped; runs that map a removed file keep reading it until they close it."""

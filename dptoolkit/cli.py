@@ -87,6 +87,7 @@ def cmd_config(a):
     print(OmegaConf.to_yaml(cfg), end="")
     print(f"# plan for {n} process(es)\n" + "\n".join(f"#   {k}: {v}" for k, v in plan(cfg, n).__dict__.items()))
 
+# %% ../nbs/08_cli.ipynb #4055f33d
 def _at_least(text: str, low: int) -> int:
     try: v = int(text)
     except ValueError: raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
@@ -142,6 +143,7 @@ def run_folders(paths) -> list:
         out += found
     return out
 
+# %% ../nbs/08_cli.ipynb #a2c165db
 def cmd_report(a):
     from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt
     runs = run_folders(a.runs)
@@ -200,6 +202,7 @@ def cmd_slurm(a):
     if a.submit: print(f"submitted job {submit(script)}")
     else: print(f"submit with: sbatch {script}")
 
+# %% ../nbs/08_cli.ipynb #806a89cb
 def cmd_export(a):
     from dptoolkit.interop import export
     out = export(a.run, a.output, task_name=a.task_name)
@@ -254,6 +257,7 @@ def _demo_outputs(out: Path, s, runs, ev) -> dict:
           "  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an sbatch script; --submit sends it)")
     return paths
 
+# %% ../nbs/08_cli.ipynb #5a0f545b
 def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
          progress: bool = True, batch: int = 16, timing_steps: int = 60, repeats: int = 2) -> dict:
     """Merge → inspect → config + plan → train on N processes → time 1 and N processes (interleaved repeats) →
@@ -321,6 +325,7 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     paths = _demo_outputs(out, s, runs, ev)
     return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
 
+# %% ../nbs/08_cli.ipynb #e86bccb7
 def cmd_demo(a):
     t0 = time.time()
     demo(a.out, nprocs=a.nprocs, steps=a.steps, config=a.config, overwrite=a.overwrite, progress=not a.no_progress)
@@ -331,6 +336,7 @@ def _a(*flags, **kw): return flags, kw
 _NO_PROGRESS = _a("--no-progress", action="store_true", help="no progress bars (for logs and CI)")
 _JSON = lambda what: _a("--json", action="store_true", help=f"print {what} as JSON")
 
+# %% ../nbs/08_cli.ipynb #9d9c4deb
 # every subcommand: what it does (help), a paragraph (description), examples, and every argument with its help text
 COMMANDS = {
     "demo": dict(fn=cmd_demo, help="the whole pipeline on the bundled data/: merge → config → train → report",
@@ -481,6 +487,7 @@ COMMANDS = {
               _a("--data", help="store to train on; checked against the checkpoint's shapes")]),
 }
 
+# %% ../nbs/08_cli.ipynb #eaf951bb
 def build_parser() -> argparse.ArgumentParser:
     "`dpt`'s parser, built from `COMMANDS` (each subcommand: help, description, examples, arguments with help)."
     p = _Parser(prog="dpt", description="dptoolkit: merge zarr stores, pick configs, train Diffusion Policy on N processes, "

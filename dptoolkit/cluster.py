@@ -47,6 +47,7 @@ def _job_train_args(train_args) -> tuple:
         return flag + eq + paths.get(v, v) if eq and flag in ("--out", "--data", "--config") else paths.get(a, a)
     return [absolute(a) for a in args], run_abs
 
+# %% ../nbs/11_cluster.ipynb #0612e7b5
 def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: bool = False, partition=None, time=None,
                  account=None, requeue: bool = False, grace: int = 120, job_name: str = "dpt-train", cpus_per_task=None,
                  python: str | None = None) -> str:
@@ -121,6 +122,7 @@ echo "dpt-slurm: training exited with status $status (checkpoint $latest)"
 exit $status
 """
 
+# %% ../nbs/11_cluster.ipynb #952e289c
 def write_slurm_script(path, train_args, **kw) -> Path:
     "Write `slurm_script(train_args, **kw)` to `path` (executable) and create the run folder its output goes to."
     text = slurm_script(train_args, **kw)

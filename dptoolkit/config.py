@@ -112,6 +112,7 @@ def _all_keys(cfg, prefix=""):
         yield key
         if isinstance(v, DictConfig): yield from _all_keys(v, key + ".")
 
+# %% ../nbs/02_config.ipynb #35ee4e95
 def _type_ok(old, new) -> bool:
     if old is None or new is None: return True
     if isinstance(old, bool): return isinstance(new, bool)
@@ -171,6 +172,7 @@ def check_config(cfg: DictConfig):
     if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
         raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed horizon={cfg.horizon}")
 
+# %% ../nbs/02_config.ipynb #b9e3d549
 def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
     "Load a packaged config by name or a YAML file by path, then apply dotlist `overrides`."
     p = Path(str(name_or_path))
@@ -387,6 +389,7 @@ class ConfigForm:
         from IPython.display import display
         display(self.widget)
 
+# %% ../nbs/02_config.ipynb #e439ce11
 def config_form(store_path, on_submit=None) -> ConfigForm:
     "A live form: detected dims, config, world size/GPUs, batch & LR plan, and a button returning the config."
     return ConfigForm(store_path, on_submit)

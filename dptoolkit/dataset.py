@@ -83,6 +83,7 @@ class _Buffers:
         if len(self.pool) > self.keep: self.pool.pop(0)
         return a
 
+# %% ../nbs/03_dataset.ipynb #0191fd1e
 class SequenceDataset(torch.utils.data.Dataset):
     """Windows of `horizon` steps over a store: `{'obs': {key: (n_obs_steps, ...)}, 'action': (horizon, action_dim)}`.
 
@@ -307,6 +308,7 @@ def prefetch(batches, depth: int = 2):
     finally:
         stop.set()
 
+# %% ../nbs/03_dataset.ipynb #d88e1111
 class RankLoader:
     """This rank's training batches, epoch by epoch (`set_epoch(epoch, skip_batches)`, then iterate; `len` = batches per
     epoch, equal on every rank).

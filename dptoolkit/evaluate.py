@@ -122,6 +122,7 @@ def _hold_key(policy, ds, adim):
     keys = [k for k in policy.low_dim_keys if ds.shapes[k] == (adim,)]
     return "state" if "state" in keys else (keys[0] if keys else None)
 
+# %% ../nbs/12_evaluate.ipynb #71991932
 def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
              sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
              progress: bool = True) -> EvalResult:
@@ -203,6 +204,7 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     return EvalResult(pd.DataFrame(table).T, pd.DataFrame(per_dim).rename_axis("dim"), pred, true, base, mask,
                       episode, exec_t, info)
 
+# %% ../nbs/12_evaluate.ipynb #dc76d373
 def _episode_of(rows, ds) -> np.ndarray:
     "Episode index of each window row (its episode's end is rows[:, 2])."
     return np.searchsorted(ds.ends, rows[:, 2] - 1, side="right")

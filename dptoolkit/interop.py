@@ -64,6 +64,7 @@ def dp_state_dict(policy, cameras=()) -> dict:
                     p + "input_stats.min": st[0], p + "input_stats.std": st[3]})
     return {k: v.clone().contiguous() for k, v in out.items()}
 
+# %% ../nbs/10_interop.ipynb #f1d406ee
 def from_dp_state_dict(sd: dict, image_keys=(), source="checkpoint", low_dim_keys=None) -> dict:
     """A diffusion_policy state dict → this toolkit's names (the inverse of `dp_state_dict`); the image normalizer must be
     the range map. Normalizers of keys the model does not use (RoboTwin's `front_cam`, `left_cam`, `right_cam` on a
@@ -152,6 +153,7 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
     }
     return OmegaConf.create(d)
 
+# %% ../nbs/10_interop.ipynb #fd3a867c
 def config_from_dp(dp_cfg, data=None) -> DictConfig:
     "A dptoolkit config for a diffusion_policy / RoboTwin config (its shapes, U-Net, encoder, schedule and optimizer)."
     try:
@@ -304,6 +306,7 @@ _ALLOWED = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("_c
             ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"), ("builtins", "bytearray"),
             ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "list"), ("builtins", "dict"), ("builtins", "tuple")}
 
+# %% ../nbs/10_interop.ipynb #79d1ab31
 def _unpickler_module():
     "A `pickle_module` for `torch.load` that resolves only the allow-listed globals (dill's `_load_type` to built-ins)."
     import _compat_pickle, pickle, types
@@ -341,6 +344,7 @@ def read_dp_checkpoint(path, *, trust: bool = False) -> dict:
     except InteropError as e: raise InteropError(f"{path} (pickles): {e}") from None
     return payload
 
+# %% ../nbs/10_interop.ipynb #61c0a54f
 def import_checkpoint(path, run_dir, *, trust: bool = False, data=None) -> Path:
     """Turn a diffusion_policy / RoboTwin checkpoint into a run folder (config.yaml + checkpoints/step_<global_step> with
     model and EMA weights and, when the file has it, the optimizer state); `train(..., resume=True)` / `dpt train --resume`

@@ -84,6 +84,7 @@ def _watchdog(parent_pid):
         except ProcessLookupError: os._exit(3)
         except PermissionError: pass
 
+# %% ../nbs/06_launch.ipynb #6df39716
 def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env):
     import dptoolkit.launch as m
     m._CHANNEL = (conn, threading.Lock(), rank)
@@ -241,6 +242,7 @@ def _proc_state(pid: int) -> str | None:
             if line.startswith("State:"): return line.split(":", 1)[1].strip()
     except OSError: return None
 
+# %% ../nbs/06_launch.ipynb #9ca96dc9
 class StallWatch:
     """Reads the ranks' heartbeats from `store`; `poll()` returns a one-line report once no rank has advanced for
     `timeout` s (`auto`: max(`floor`, 20 × the slowest step seen)), else None. Arms when every rank has entered its
@@ -324,6 +326,7 @@ class StallWatch:
             return [files[r] for r in sorted(files)]
         except Exception: return []
 
+# %% ../nbs/06_launch.ipynb #64010fe6
 def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2.0, exit_code: int = 70):
     """Under torchrun / Slurm (no launcher of ours): a daemon thread in every rank polls a `StallWatch`; on a stall
     the lowest rank that is still alive prints the report (`dpt: error: stalled: …`), collects the stacks and exits
@@ -433,6 +436,7 @@ class _Supervisor:
             c.close()
         self.bar.close()
 
+# %% ../nbs/06_launch.ipynb #1e527126
 def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | None = None,
            start_method: str = "forkserver", port: int | None = None, timeout: float = 1800,
            progress_bar: bool = True, forward_output: bool = True, grace: float = 3.0, env: dict | None = None,

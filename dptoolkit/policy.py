@@ -259,6 +259,7 @@ def obs_shapes(cfg) -> dict:
                                 f"config.for_store(store) (or dpt train --data STORE), which reads the shapes from the store")
     return out
 
+# %% ../nbs/04_policy.ipynb #dbd941ca
 class DiffusionPolicy(nn.Module):
     "Diffusion Policy: observation encoder + conditional 1-D U-Net; `forward(batch)` is the training loss."
     def __init__(self, action_dim, obs_shapes: dict, horizon=8, n_obs_steps=3, n_action_steps=6, *, normalizer=None,

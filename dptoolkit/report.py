@@ -155,6 +155,7 @@ def _speedups(out):
         out.loc[i, "flag"] = "; ".join(flags)
     return out
 
+# %% ../nbs/07_report.ipynb #69781b12
 def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | None = None) -> pd.DataFrame:
     """One row per run (or, with `combine`, per world size and per-device batch over repeated runs): steady-state samples/s
     (median, `_low`/`_high` quartiles, `_iqr`), step-time split, `contended` with its reason, speed-up and efficiency with
@@ -251,6 +252,7 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
     ax.set_xlabel("processes (world size)"); ax.set_ylabel("speed-up vs 1 process"); ax.set_title("speed-up")
     ax.grid(alpha=.3); ax.legend(fontsize=7); fig.tight_layout(); return fig
 
+# %% ../nbs/07_report.ipynb #891528eb
 def plot_loss(run_dirs, ax=None):
     "Loss against step and against wall-clock seconds for several runs; validation points where the log has them."
     plt = _plt()

@@ -210,6 +210,7 @@ class Demos:
         return (f"Demos({self.info.path}: {self.info.episodes} episodes, {self.info.steps} steps; expert success "
                 f"{k}/{len(self.success)} = {self.success_rate:.0%} [95% CI {lo:.0%}–{hi:.0%}])")
 
+# %% ../nbs/13_sim.ipynb #fa3a8394
 def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool = False, size=(48, 64),
                workers=None, seed: int = 0, keep: str = "success", overwrite: bool = False, progress: bool = True) -> Demos:
     """`n` scripted demonstrations (seeds `seed` … `seed + n - 1`) written as a replay-buffer store in the toolkit's layout:
@@ -336,6 +337,7 @@ def rollout_table(results) -> pd.DataFrame:
     "One row per `RolloutResult`: success rate with its interval, return, steps, episodes per minute."
     return pd.DataFrame([{k: v for k, v in r.summary().items() if k != "seeds"} for r in results]).set_index("policy")
 
+# %% ../nbs/13_sim.ipynb #91e9026a
 def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=None, seed: int = 1000,
             max_steps: int = EPISODE_STEPS, video_dir=None, videos: int = 2, inference_steps=None,
             progress: bool = True) -> RolloutResult:

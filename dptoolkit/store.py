@@ -301,6 +301,7 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
     if bad: raise StoreError(f"{path}: {len(bad)} damaged chunk(s):\n  " + "\n  ".join(bad))
     return info
 
+# %% ../nbs/00_store.ipynb #5efc4285
 def check_finite(path, keys, arrays: dict | None = None):
     """Refuse NaN/inf in the float arrays `data/<key>` (streamed chunk by chunk, or read from `arrays`, already decoded
     copies or memory maps of them): one `StoreError` naming the key, the first bad row, its episode and value. A NaN in

@@ -131,6 +131,7 @@ def _versions():
     return dict(dptoolkit=__version__, torch=str(torch.__version__), python=platform.python_version(),
                 cuda=torch.version.cuda, host=platform.node())
 
+# %% ../nbs/05_train.ipynb #b38a1528
 def check_store_shapes(cfg, info):
     "`TrainError` naming the key when the store's arrays do not have the shapes the config's model is built for."
     want = {k: list(v) for k, v in (cfg.shape_meta.get("obs") or {}).items()}
@@ -185,6 +186,7 @@ def _check_finite(rec, finite_steps, fp16, run_dir, lr):
         raise TrainError(f"step {rec['step']}: " + " and ".join(f"{k} is {v}" for k, v in bad.items())
                          + " (training diverged); stopped without writing a checkpoint. " + _last_good(run_dir, lr))
 
+# %% ../nbs/05_train.ipynb #88c437f5
 def _check_spike(rec, ref, spike, run_dir, lr):
     """At a log step: `TrainError` when the window's largest grad norm exceeds `spike` × `ref`, the first log window's
     median (returned, set from this record when still unknown)."""
@@ -543,6 +545,7 @@ def log_step(R, W, stop, val_due):
     R.last_log = rec
     W.reset()
 
+# %% ../nbs/05_train.ipynb #44e53844
 def _finish(R, W) -> dict | None:
     "After the last step: rank 0 writes result.json (with the EMA model's validation loss) and releases the folder."
     result = None
@@ -681,6 +684,7 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     return BackgroundRun(rd, proc, log)
 
+# %% ../nbs/05_train.ipynb #da085d57
 def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume: bool | None = None, backend=None,
           progress: bool = True, overrides=(), wait: bool = True, **launch_kw) -> RunResult | BackgroundRun:
     """Train `cfg` on `nprocs` processes (GPUs if present, else CPU with gloo) through `launch`; returns a `RunResult`.
