@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 # %% auto #0
 __all__ = ['TrainError', 'write_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'load_weights', 'lock_run', 'run_holder',
-           'unlock_run', 'check_run_dir', 'resume_step']
+           'unlock_run', 'check_run_dir', 'resume_step', 'check_store_shapes']
 
 # %% ../nbs/04b_checkpoint.ipynb #afaacdf6
 class TrainError(RuntimeError):
@@ -159,3 +159,19 @@ def resume_step(rd: Path, resume, max_steps) -> int | None:
                          f"{'past' if step > max_steps else 'at'} training.max_steps={max_steps}; set training.max_steps above "
                          f"{step} to train further, or start a new run folder")
     return step
+
+# %% ../nbs/04b_checkpoint.ipynb #4d3910f1
+def check_store_shapes(cfg, info):
+    "`TrainError` naming the key when the store's arrays do not have the shapes the config's model is built for."
+    want = {k: list(v) for k, v in (cfg.shape_meta.get("obs") or {}).items()}
+    for k in cfg.task.dataset.obs_keys:
+        found = list(info.arrays[k].shape[1:]) if k in info.arrays else None
+        if found is None: raise TrainError(f"{info.path}: no data/{k}, which config {cfg.name} observes (the store has {', '.join(info.keys)})")
+        if k in want and want[k] != found:
+            raise TrainError(f"{info.path}: data/{k} has frames of shape {found}, the config's model expects {want[k]} "
+                             f"(shape_meta.obs.{k}); build the config from this store (for_store / dpt train --data)")
+        if len(found) == 3 and info.arrays[k].dtype != "uint8":
+            raise TrainError(f"{info.path}: data/{k} is {info.arrays[k].dtype}; cameras must be uint8 (T, 3, H, W)")
+    adim = info.arrays[cfg.task.dataset.action_key].shape[1:]
+    if list(adim) != [cfg.shape_meta.action_dim]:
+        raise TrainError(f"{info.path}: data/{cfg.task.dataset.action_key} has shape {list(adim)}, the config expects [{cfg.shape_meta.action_dim}]")

@@ -129,8 +129,7 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
     (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
     default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean")."""
-    from dptoolkit.checkpoint import TrainError
-    from dptoolkit.train import check_store_shapes
+    from dptoolkit.checkpoint import TrainError, check_store_shapes
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if isinstance(run, DiffusionPolicy):
         policy, cfg = run.to(device).eval(), None

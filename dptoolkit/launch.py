@@ -230,10 +230,14 @@ class Heartbeat:
         self.store.set(f"dpt/dumped/{self.rank}", str(f))
 
     def close(self):
+        "Publish the phase `end`, then stop the thread and wait for it (no thread may be inside a store call when the"
+        "process group and its store are torn down: the C++ side aborts with 'terminate called without an active exception')."
         self.phase = "end"
         try: self.publish()
         except Exception: pass
         self._stop.set()
+        if self._thread is not threading.current_thread(): self._thread.join(timeout=10)
+        for w in getattr(self, "watches", ()): w.stop()
 
 def _proc_state(pid: int) -> str | None:
     "The state line of /proc/<pid>/status ('T (stopped)', 'S (sleeping)', ...); None where it cannot be read."
@@ -332,9 +336,9 @@ def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2
     the lowest rank that is still alive prints the report (`dpt: error: stalled: …`), collects the stacks and exits
     with `exit_code`, and torchrun stops the other ranks."""
     watch = StallWatch(store, world, timeout, every=every)
+    done = threading.Event()
     def run():
-        while True:
-            time.sleep(every)
+        while not done.wait(every):
             msg = watch.poll()
             if msg is None: continue
             live = [r for r in range(world) if r not in watch.silent(time.monotonic())]
@@ -343,7 +347,11 @@ def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2
             print(f"dpt: error: stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
                   + "; stopping the run (the last checkpoint stays 'latest')", file=sys.stderr, flush=True)
             os._exit(exit_code)
-    threading.Thread(target=run, name="dpt-stallwatch", daemon=True).start()
+    t = threading.Thread(target=run, name="dpt-stallwatch", daemon=True); t.start()
+    def stop():
+        done.set()
+        if t is not threading.current_thread(): t.join(timeout=10)
+    watch.stop = stop
     return watch
 
 # %% ../nbs/06_launch.ipynb #09ae2dc0

@@ -20,16 +20,16 @@ from . import __version__
 from .config import ConfigError, plan as make_plan
 from .dataset import ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
 from .normalize import Normalizer
-from .checkpoint import (TrainError, check_run_dir, latest_checkpoint, load_checkpoint, load_weights, lock_run,
-                                  resume_step, unlock_run, write_checkpoint)
+from .checkpoint import (TrainError, check_run_dir, check_store_shapes, latest_checkpoint, load_checkpoint,
+                                  load_weights, lock_run, resume_step, unlock_run, write_checkpoint)
 from .launch import Heartbeat, launch, launched, progress, watch_in_rank
 from .policy import DiffusionPolicy
 from .store import describe
 
 # %% auto #0
-__all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'check_store_shapes', 'StopSignal', 'strict_json', 'cuda_fast_paths',
-           'compile_wanted', 'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers',
-           'restore', 'log_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']
+__all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
+           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'restore', 'log_step',
+           'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #5931fab9
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
@@ -132,21 +132,6 @@ def _versions():
                 cuda=torch.version.cuda, host=platform.node())
 
 # %% ../nbs/05_train.ipynb #b38a1528
-def check_store_shapes(cfg, info):
-    "`TrainError` naming the key when the store's arrays do not have the shapes the config's model is built for."
-    want = {k: list(v) for k, v in (cfg.shape_meta.get("obs") or {}).items()}
-    for k in cfg.task.dataset.obs_keys:
-        found = list(info.arrays[k].shape[1:]) if k in info.arrays else None
-        if found is None: raise TrainError(f"{info.path}: no data/{k}, which config {cfg.name} observes (the store has {', '.join(info.keys)})")
-        if k in want and want[k] != found:
-            raise TrainError(f"{info.path}: data/{k} has frames of shape {found}, the config's model expects {want[k]} "
-                             f"(shape_meta.obs.{k}); build the config from this store (for_store / dpt train --data)")
-        if len(found) == 3 and info.arrays[k].dtype != "uint8":
-            raise TrainError(f"{info.path}: data/{k} is {info.arrays[k].dtype}; cameras must be uint8 (T, 3, H, W)")
-    adim = info.arrays[cfg.task.dataset.action_key].shape[1:]
-    if list(adim) != [cfg.shape_meta.action_dim]:
-        raise TrainError(f"{info.path}: data/{cfg.task.dataset.action_key} has shape {list(adim)}, the config expects [{cfg.shape_meta.action_dim}]")
-
 class StopSignal:
     """Remember the first of `signals` (names, e.g. SIGTERM, SIGUSR1) this process receives instead of dying; the loop
     reads `received` at log steps, where the ranks vote in the metrics all-reduce. Installed only in the main thread."""
@@ -339,7 +324,7 @@ def _heartbeat(distributed, rank, world, run_dir, T):
     store = dist.distributed_c10d._get_default_store()
     beat = Heartbeat(store, rank, dump_dir=run_dir)
     timeout = OmegaConf.select(T, "stall_timeout_s", default="auto")
-    if not launched() and timeout is not None: watch_in_rank(store, rank, world, timeout)
+    if not launched() and timeout is not None: beat.watches = [watch_in_rank(store, rank, world, timeout)]   # closed with the beat
     return beat
 
 # %% ../nbs/05_train.ipynb #a4c9c682
@@ -581,41 +566,43 @@ def train_worker(cfg) -> dict:
     _open_run(R, resume)
     R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # progress and phase for the stall watchdog
     stop = StopSignal(T.stop_signals)                # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
-    W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
-    net, model, gen, opt, sched, scaler, ema, device = R.net, R.model, R.gen, R.opt, R.sched, R.scaler, R.ema, R.device
-    while R.step < R.total and not R.stopping:
-        R.loader.set_epoch(R.epoch, skip_batches=R.skip_steps * p.grad_accum); R.skip_steps = 0
-        micro, loss_acc = 0, 0.0
-        t_data = time.perf_counter(); beat.phase = "data"
-        for batch in R.loader:
-            W.data_wait += time.perf_counter() - t_data; beat.phase = "step"
-            batch = _to(batch, device)
-            micro += 1
-            last = micro % p.grad_accum == 0
-            with contextlib.nullcontext() if (last or not R.distributed) else net.no_sync():
-                with R.autocast():
-                    loss = net(batch, **model.draw(batch, gen)) / p.grad_accum   # random inputs drawn outside the compiled graph
-                (scaler.scale(loss) if scaler else loss).backward()
-            loss_acc = loss_acc + loss.detach()
-            if not last:
-                t_data = time.perf_counter(); beat.phase = "data"; continue
-            if scaler: scaler.unscale_(opt)
-            gn = _grad_norm(R.params, T.grad_clip)
-            if scaler: scaler.step(opt); scaler.update()
-            else: opt.step()
-            opt.zero_grad(set_to_none=True); sched.step()
-            if ema is not None: ema.update_parameters(model)
-            R.step += 1; R.step_in_epoch += 1; beat.progress = R.step
-            W.add(loss_acc, gn.detach().double()); loss_acc = 0.0
-            val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch and (R.epoch + 1) % T.val_every == 0
-                       and len(R.val_ds) > 0)
-            if R.step % T.log_every == 0 or R.step == R.total or val_due: log_step(R, W, stop, val_due)
-            if T.checkpoint_every and R.step % T.checkpoint_every == 0 and R.step < R.total: _save(R)
-            if R.step >= R.total or R.step_in_epoch >= R.steps_per_epoch or R.stopping: break
+    try:
+        W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
+        net, model, gen, opt, sched, scaler, ema, device = R.net, R.model, R.gen, R.opt, R.sched, R.scaler, R.ema, R.device
+        while R.step < R.total and not R.stopping:
+            R.loader.set_epoch(R.epoch, skip_batches=R.skip_steps * p.grad_accum); R.skip_steps = 0
+            micro, loss_acc = 0, 0.0
             t_data = time.perf_counter(); beat.phase = "data"
-        if R.step_in_epoch >= R.steps_per_epoch: R.epoch += 1; R.step_in_epoch = 0
-    _save(R)
-    stop.restore(); beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
+            for batch in R.loader:
+                W.data_wait += time.perf_counter() - t_data; beat.phase = "step"
+                batch = _to(batch, device)
+                micro += 1
+                last = micro % p.grad_accum == 0
+                with contextlib.nullcontext() if (last or not R.distributed) else net.no_sync():
+                    with R.autocast():   # the loss's random inputs are drawn here, outside the compiled graph
+                        loss = net(batch, **model.draw(batch, gen)) / p.grad_accum
+                    (scaler.scale(loss) if scaler else loss).backward()
+                loss_acc = loss_acc + loss.detach()
+                if not last:
+                    t_data = time.perf_counter(); beat.phase = "data"; continue
+                if scaler: scaler.unscale_(opt)
+                gn = _grad_norm(R.params, T.grad_clip)
+                if scaler: scaler.step(opt); scaler.update()
+                else: opt.step()
+                opt.zero_grad(set_to_none=True); sched.step()
+                if ema is not None: ema.update_parameters(model)
+                R.step += 1; R.step_in_epoch += 1; beat.progress = R.step
+                W.add(loss_acc, gn.detach().double()); loss_acc = 0.0
+                val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch and (R.epoch + 1) % T.val_every == 0
+                           and len(R.val_ds) > 0)
+                if R.step % T.log_every == 0 or R.step == R.total or val_due: log_step(R, W, stop, val_due)
+                if T.checkpoint_every and R.step % T.checkpoint_every == 0 and R.step < R.total: _save(R)
+                if R.step >= R.total or R.step_in_epoch >= R.steps_per_epoch or R.stopping: break
+                t_data = time.perf_counter(); beat.phase = "data"
+            if R.step_in_epoch >= R.steps_per_epoch: R.epoch += 1; R.step_in_epoch = 0
+        _save(R)
+    finally:   # also on an error: no heartbeat thread may outlive the process group
+        stop.restore(); beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
     return _finish(R, W)
 
 # %% ../nbs/05_train.ipynb #b430eeb9

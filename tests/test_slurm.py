@@ -54,6 +54,41 @@ def _free_port():
         s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 
+def slurm_conf(d, cluster, controller, nodes, per_node=False) -> str:
+    "A private slurm.conf in folder `d` (root daemons, munge auth, free ports); `nodes`: the NodeName / PartitionName lines."
+    n = "-%n" if per_node else ""
+    return f"""ClusterName={cluster}
+SlurmctldHost={controller}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={d}/munge.socket
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool{n}
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd{n}.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd{n}.log
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+{nodes}"""
+
+
+def start_munged(d):
+    "munged as the munge user, with a fresh key and its socket, pid and logs in `d`."
+    subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--key-file={d}/munge.key", f"--socket={d}/munge.socket",
+                    f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed", "--force"],
+                   check=True, timeout=30)
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     "Start munged, slurmctld and slurmd with a private config (SLURM_CONF); yield the environment; stop them."
@@ -66,36 +101,12 @@ def slurm(tmp_path_factory):
     (d / "munge.key").write_bytes(os.urandom(1024))
     subprocess.run(["chown", "munge", str(d), str(d / "munge.key")], check=True); os.chmod(d / "munge.key", 0o400); os.chmod(d, 0o755)
     conf = d / "slurm.conf"
-    conf.write_text(f"""ClusterName=dpttest
-SlurmctldHost={host}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={d}/munge.socket
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-NodeName={host} CPUs=2 State=UNKNOWN
+    conf.write_text(slurm_conf(d, "dpttest", host, f"""NodeName={host} CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-""")
+"""))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     try:
-        subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--key-file={d}/munge.key", f"--socket={d}/munge.socket",
-                        f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed", "--force"],
-                       check=True, timeout=30)
+        start_munged(d)
         subprocess.run(["slurmctld"], env=env, check=True, timeout=30); subprocess.run(["slurmd"], env=env, check=True, timeout=30)
         _wait_for(lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout,
                   60, "the Slurm node to be idle")

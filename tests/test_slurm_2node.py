@@ -15,7 +15,7 @@ import yaml
 from dptoolkit.report import read_log
 from dptoolkit.train import latest_checkpoint, load_checkpoint
 from conftest import dpt
-from test_slurm import OV, _free_port, _job_state, _log_lines, _wait_for
+from test_slurm import OV, _job_state, _log_lines, _wait_for, slurm_conf, start_munged
 
 NODES = {"n1": "10.77.0.11", "n2": "10.77.0.12"}
 BRIDGE, HOST_ADDR = "dptbr0", "10.77.0.1"
@@ -65,35 +65,11 @@ def cluster():
     _sh("chown", "munge", str(d), str(d / "munge.key")); os.chmod(d / "munge.key", 0o400); os.chmod(d, 0o755)
     conf = d / "slurm.conf"
     nodes = "".join(f"NodeName={n} NodeAddr={a} NodeHostname={n} CPUs=1 State=UNKNOWN\n" for n, a in NODES.items())
-    conf.write_text(f"""ClusterName=dpt2node
-SlurmctldHost={host}({HOST_ADDR})
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={d}/munge.socket
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool-%n
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd-%n.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd-%n.log
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-{nodes}PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP
-""")
+    conf.write_text(slurm_conf(d, "dpt2node", f"{host}({HOST_ADDR})", nodes + f"PartitionName=debug Nodes={','.join(NODES)} "
+                                                                           "Default=YES MaxTime=INFINITE State=UP\n", per_node=True))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     try:
-        subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--key-file={d}/munge.key", f"--socket={d}/munge.socket",
-                        f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed", "--force"],
-                       check=True, timeout=30)
+        start_munged(d)
         subprocess.run(["slurmctld"], env=env, check=True, timeout=30)
         for n, addr in NODES.items():
             (d / f"spool-{n}").mkdir()
