@@ -57,7 +57,9 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_pr
             "policy.sampler": ("ddpm", "ddim"), "ddp.backend": ("auto", "nccl", "gloo"),
             "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"), "policy.prediction_type": ("epsilon", "sample"),
             "logging.wandb.mode": ("online", "offline", "disabled"),
-            "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device")}
+            "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device"),
+            "training.lr_scheduler": ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial"),
+            "policy.beta_schedule": ("squaredcos_cap_v2", "linear", "scaled_linear")}
 _AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
 _AUTO_OR_NUM = ("training.stall_timeout_s",)                           # "auto" or a number of seconds (null: off)
 _TRISTATE = ("training.resume", "training.compile")   # true | false | auto
@@ -169,6 +171,10 @@ def check_config(cfg: DictConfig):
     for key, rule in _RANGES.items():
         v = OmegaConf.select(cfg, key, default=_MISSING)
         if v is not _MISSING: _check_range(key, v, rule)
+    import signal
+    for name in OmegaConf.select(cfg, "training.stop_signals", default=None) or []:
+        if not str(name).startswith("SIG") or not isinstance(getattr(signal, str(name), None), signal.Signals):
+            raise ConfigError(f"training.stop_signals: {name!r} is not a signal name (e.g. SIGTERM, SIGUSR1)")
     if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
         raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed horizon={cfg.horizon}")
 

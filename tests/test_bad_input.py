@@ -260,6 +260,11 @@ def _(tmp, store):
     raises(ConfigError, "optimizer.betas[1]=1.2: must be in [0, 1)", train, cfg, nprocs=1, run_dir=tmp / "r", progress=False)
     assert not (tmp / "r").exists()
 
+@row("C11", "config", "a misspelt choice (`training.lr_scheduler=cosin`) or signal (`training.stop_signals=[SIGTREM]`)", "training.lr_scheduler='cosin': expected one of cosine, linear")
+def _(tmp):
+    raises(ConfigError, "training.lr_scheduler='cosin': expected one of cosine, linear", load_config, "test", ["training.lr_scheduler=cosin"])
+    raises(ConfigError, "training.stop_signals: 'SIGTREM' is not a signal name", load_config, "test", ["training.stop_signals=[SIGTREM]"])
+
 
 # ---------------------------------------------------------------- train
 def _cfg(store, **kw):
