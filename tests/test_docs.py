@@ -4,7 +4,7 @@ every chapter and lists the page's sections, search finds a section on another p
 bars at their final state (never as their text repr), no temporary path, one shared stylesheet, a link to each
 notebook, the API reference of merge / launch / report, and the speed-up figure is an image that loaded.
 Screenshots go to _screenshots/ (one per page). Skipped, with the reason, where Chromium or Playwright is missing."""
-import functools, http.server, json, os, re, shutil, socketserver, subprocess, sys, threading
+import functools, http.server, json, os, re, shutil, subprocess, sys, threading
 from pathlib import Path
 
 import pytest

@@ -132,7 +132,7 @@ def test_a_preempted_job_resumes_on_both_nodes(cluster, merged, tmp_path):
     out = _out(run)
     assert _job_state(cluster, jid) == "COMPLETED", out[-3000:]
     stopped = int(out.split("stopped by Slurm's USR1 (the run folder's STOP file) at step ")[1].split("/")[0])
-    assert 0 < stopped < 400 and "(restart 1)" in out and f"stopped on request at" in out and "Traceback" not in out
+    assert 0 < stopped < 400 and "(restart 1)" in out and "stopped on request at" in out and "Traceback" not in out
     assert f"resumed_from: {stopped}" in (run / "config.yaml").read_text()
     assert sorted(r["host"] for r in _ranks(run)) == ["n1", "n2"]
     assert read_log(run).step.tolist() == list(range(5, 401, 5))            # every step once, across the restart

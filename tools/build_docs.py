@@ -7,7 +7,7 @@ nbconvert's HTML exporter, and add a sidebar (chapters, the page's contents, sea
 notebook) and one shared stylesheet. Where Quarto exists, `nbdev_docs` builds nbdev's usual site instead.
 Usage: python tools/build_docs.py [--out _site] [--workers 2] [--no-exec]
 """
-import argparse, ast, html, json, re, shutil, sys, time
+import argparse, ast, html, json, re, shutil, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -149,7 +149,6 @@ def render(args):
     from nbconvert.preprocessors import TagRemovePreprocessor
     nb = prepare(nbformat.read(src, as_version=4))
     t0 = time.time()
-    states = {}
     if execute:
         NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(NBS)}},
                        store_widget_state=True).execute()
