@@ -19,7 +19,8 @@ __all__ = ['ChunkCache', 'DataError', 'CacheError', 'default_cache_dir', 'store_
 
 # %% ../nbs/02b_cache.ipynb #01c5fd90
 class ChunkCache:
-    "Read rows of zarr arrays through an LRU cache of whole time-chunks (one per process: zarr handles are reopened after fork)."
+    """Read rows of zarr arrays through an LRU cache of whole time-chunks (one per process: zarr handles are reopened
+    after fork)."""
     def __init__(self, path, keys, max_chunks: int = 64):
         self.path, self.keys, self.max_chunks = str(path), list(keys), max_chunks
         self._pid, self._arrays, self._cache = None, None, OrderedDict()
@@ -28,14 +29,17 @@ class ChunkCache:
         if self._pid != os.getpid():
             g = open_store(self.path)
             self._arrays = {k: g[f"data/{k}"] for k in self.keys}
-            self._cache.clear(); self._pid = os.getpid()
+            self._cache.clear()
+            self._pid = os.getpid()
 
     def chunk(self, key, ci):
         self._open()
         hit = self._cache.get((key, ci))
         if hit is not None:
-            self._cache.move_to_end((key, ci)); return hit
-        a = self._arrays[key]; C = a.chunks[0]
+            self._cache.move_to_end((key, ci))
+            return hit
+        a = self._arrays[key]
+        C = a.chunks[0]
         data = read_chunk_rows(self.path, f"data/{key}", a, ci * C, min((ci + 1) * C, a.shape[0]))
         self._cache[(key, ci)] = data
         if len(self._cache) > self.max_chunks: self._cache.popitem(last=False)
@@ -81,10 +85,12 @@ def store_identity(path) -> str:
     return h.hexdigest()[:16]
 
 def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label=""):
-    "Decode `array` (zarr) block by block into a `.npy` file; space is reserved first so a full disk fails before any work."
+    """Decode `array` (zarr) block by block into a `.npy` file; space is reserved first so a full disk fails before any
+    work."""
     shape, dtype = tuple(array.shape), np.dtype(array.dtype)
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                                                 "shape": shape})
         header = f.tell()
         total = header + int(np.prod(shape)) * dtype.itemsize
         if total > header: os.posix_fallocate(f.fileno(), 0, total)    # ENOSPC now, not a SIGBUS or a short file later
@@ -92,7 +98,8 @@ def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label=
             blk = np.ascontiguousarray(read_chunk_rows(label[0], label[1], array, s, min(s + rows_per_block, shape[0])))
             f.write(blk.data)
             if progress_bar is not None: progress_bar.update(blk.nbytes)
-        f.flush(); os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
 
 # %% ../nbs/02b_cache.ipynb #f14c4bc1
 class DecodedCache:
@@ -128,15 +135,18 @@ class DecodedCache:
         return tuple(m.shape) == tuple(a.shape) and m.dtype == np.dtype(a.dtype)
 
     def build(self, keys, progress: bool = True) -> "DecodedCache":
-        "Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its files)."
+        """Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its
+        files)."""
         info = self._info()
         for k in keys:
-            if k not in info.arrays: raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
+            if k not in info.arrays:
+                raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
         if all(self._valid(k, info) for k in keys): return self
         writable = existing_parent(self.cache_dir)
         if not os.access(writable, os.W_OK):
-            raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set task.dataset.cache_dir or "
-                             "$DPT_CACHE_DIR to a writable disk, or use task.dataset.storage=chunks")
+            raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set "
+                             "task.dataset.cache_dir or $DPT_CACHE_DIR to a writable disk, or use "
+                             "task.dataset.storage=chunks")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         lock = open(self.cache_dir / f".{self.dir.name}.lock", "a+")
         try:
@@ -154,7 +164,8 @@ class DecodedCache:
             if need + (16 << 20) > free:
                 raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
                                  f"{_fmt_bytes(need)} but only {_fmt_bytes(free)} is free there; free space, point "
-                                 "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use task.dataset.storage=chunks")
+                                 "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use "
+                                 "task.dataset.storage=chunks")
             from tqdm.auto import tqdm
             bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
             g = open_store(self.store)
@@ -173,7 +184,8 @@ class DecodedCache:
                                          "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
                     raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
                 except BaseException:
-                    tmp.unlink(missing_ok=True); raise
+                    tmp.unlink(missing_ok=True)
+                    raise
                 os.replace(tmp, self.file(k))
             bar.close()
             self._write_manifest(info, todo, time.perf_counter() - t0, need)
@@ -190,10 +202,13 @@ class DecodedCache:
         for k in built:
             a = info.arrays[k]
             m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes))
-        m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(), seconds=round(seconds, 3),
-                                               mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1), at=time.strftime("%Y-%m-%d %H:%M:%S")))
+        m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(),
+                                               seconds=round(seconds, 3),
+                                               mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1),
+                                               at=time.strftime("%Y-%m-%d %H:%M:%S")))
         tmp = self.dir / f".manifest.json.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(m, indent=1)); os.replace(tmp, f)
+        tmp.write_text(json.dumps(m, indent=1))
+        os.replace(tmp, f)
 
     def manifest(self) -> dict:
         try: return json.loads((self.dir / "manifest.json").read_text())
@@ -202,7 +217,8 @@ class DecodedCache:
     def open(self, key) -> np.memmap:
         "The read-only memory map of `key` (build it first)."
         f = self.file(key)
-        if not f.exists(): raise CacheError(f"{self.dir}: {key} is not cached; build it (`dpt cache {self.store} --keys {key}`)")
+        if not f.exists():
+            raise CacheError(f"{self.dir}: {key} is not cached; build it (`dpt cache {self.store} --keys {key}`)")
         return np.load(f, mmap_mode="r", allow_pickle=False)
 
     def __repr__(self): return f"DecodedCache({self.store.name} → {self.dir})"
@@ -215,7 +231,8 @@ def memory_budget() -> int:
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, ctrl, path = line.split(":", 2)
-            if "memory" in ctrl.split(","): f = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"
+            if "memory" in ctrl.split(","):
+                f = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"
             elif ctrl == "": f = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max"
             else: continue
             v = f.read_text().strip() if f.exists() else ""
@@ -225,18 +242,21 @@ def memory_budget() -> int:
 
 def populate(arrays, background: bool = True) -> threading.Thread | None:
     """Map memory-mapped `arrays` into this process's page tables ahead of use (`madvise(MADV_POPULATE_READ)`, Linux
-    5.14+), when together they fit in half of `memory_budget()`; otherwise leave them to demand paging, so a cache bigger
-    than RAM is never read in whole. Best effort, in a background thread (the call releases the GIL): the first random
-    touches of a 4 GB cache otherwise cost a page fault per 64 KB read. Returns the thread (`None` when nothing is done)."""
+    5.14+), when together they fit in half of `memory_budget()`; otherwise leave them to demand paging, so a cache
+    bigger than RAM is never read in whole. Best effort, in a background thread (the call releases the GIL): the first
+    random touches of a 4 GB cache otherwise cost a page fault per 64 KB read. Returns the thread (`None` when nothing
+    is done)."""
     arrays = [a for a in arrays if isinstance(a, np.memmap) and a.nbytes]
-    if not arrays or sum(a.nbytes for a in arrays) > memory_budget() // 2 or not sys.platform.startswith("linux"): return None
+    if not arrays or sum(a.nbytes for a in arrays) > memory_budget() // 2 or not sys.platform.startswith("linux"):
+        return None
     import ctypes
     libc, page = ctypes.CDLL(None, use_errno=True), os.sysconf("SC_PAGE_SIZE")
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     def run():
         for a in arrays:
-            p = a.ctypes.data; base = p - p % page
-            libc.madvise(base, a.nbytes + (p - base), 22)          # MADV_POPULATE_READ; EINVAL on older kernels: no harm
+            p = a.ctypes.data
+            base = p - p % page
+            libc.madvise(base, a.nbytes + (p - base), 22)   # MADV_POPULATE_READ; EINVAL on older kernels: no harm
     th = threading.Thread(target=run, daemon=True, name="dpt-populate")
     th.start()
     if not background: th.join()
@@ -260,8 +280,8 @@ def cache_list(cache_dir=None) -> pd.DataFrame:
 
 # %% ../nbs/02b_cache.ipynb #4a916a91
 def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:
-    """Remove cache entries (all, those of `store`, or with `stale_only` those whose store changed or is gone); returns bytes
-    freed. An entry being built is skipped; runs that map a removed file keep reading it until they close it."""
+    """Remove cache entries (all, those of `store`, or with `stale_only` those whose store changed or is gone); returns
+    bytes freed. An entry being built is skipped; runs that map a removed file keep reading it until they close it."""
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     freed = 0
     for _, r in cache_list(cache_dir).iterrows():

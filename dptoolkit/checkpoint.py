@@ -20,15 +20,18 @@ class TrainError(RuntimeError):
 
 # %% ../nbs/04b_checkpoint.ipynb #ee9d4283
 def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: int):
-    ck = run_dir / "checkpoints"; ck.mkdir(parents=True, exist_ok=True)
+    ck = run_dir / "checkpoints"
+    ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     tmp = ck / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                  str(tmp / "model.safetensors"))
         if ema is not None:
-            save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()}, str(tmp / "ema.safetensors"))
+            save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()},
+                      str(tmp / "ema.safetensors"))
         torch.save(state, tmp / "state.pt")
     except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
         shutil.rmtree(tmp, ignore_errors=True)
@@ -37,12 +40,14 @@ def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: in
         full = getattr(e, "errno", None) == errno.ENOSPC or free < need * 1.1
         if not full and not isinstance(e, OSError): raise
         prev = (ck / "latest").read_text().strip() if (ck / "latest").exists() else None
-        raise TrainError(f"{ck}: {'the disk is full' if full else e.strerror}: checkpoint {name} needs about {need / 1e6:.1f} MB, "
-                         f"{free / 1e6:.1f} MB are free; nothing was written" + (f"; {prev} is still 'latest'" if prev else "")) from None
+        raise TrainError(f"{ck}: {'the disk is full' if full else e.strerror}: checkpoint {name} needs about "
+                         f"{need / 1e6:.1f} MB, {free / 1e6:.1f} MB are free; nothing was written"
+                         + (f"; {prev} is still 'latest'" if prev else "")) from None
     final = ck / name
     if final.exists(): shutil.rmtree(final)
     tmp.rename(final)
-    (ck / ".latest.tmp").write_text(name); os.replace(ck / ".latest.tmp", ck / "latest")
+    (ck / ".latest.tmp").write_text(name)
+    os.replace(ck / ".latest.tmp", ck / "latest")
     steps = sorted(p for p in ck.glob("step_*") if p.is_dir())
     for old in steps[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
     return final
@@ -58,35 +63,53 @@ def latest_checkpoint(run_dir) -> Path:
     "The folder `checkpoints/latest` names; `TrainError` if there is none."
     ck = Path(run_dir) / "checkpoints"
     if not (ck / "latest").exists():
-        raise TrainError(f"{ck}: no checkpoint to resume from (no 'latest' file); start without resume, or point at the run folder that has one")
+        raise TrainError(f"{ck}: no checkpoint to resume from (no 'latest' file); start without resume, or point at "
+                         "the run folder that has one")
     p = ck / (ck / "latest").read_text().strip()
     if not p.is_dir(): raise TrainError(f"{ck / 'latest'} names {p.name}, which does not exist")
     return p
 
 def load_checkpoint(path) -> dict:
     "Read a checkpoint folder: {'model', 'ema', 'state'}; `TrainError` naming the file if one is missing or corrupt."
-    path = Path(path); out = {}
+    path = Path(path)
+    out = {}
     files = (("model", "model.safetensors"), ("ema", "ema.safetensors"), ("state", "state.pt"))
     for key, fname in files:
-        if key != "ema" and not (path / fname).exists(): raise TrainError(f"{path / fname}: missing from the checkpoint")
+        if key != "ema" and not (path / fname).exists():
+            raise TrainError(f"{path / fname}: missing from the checkpoint")
     for key, fname in files:
         f = path / fname
-        if not f.exists(): out[key] = None; continue
-        try: out[key] = load_file(str(f)) if fname.endswith("safetensors") else torch.load(f, weights_only=True, map_location="cpu")
-        except Exception as e: raise TrainError(f"{f}: cannot be read ({type(e).__name__}: {str(e)[:200]}); the checkpoint is corrupt") from None
+        if not f.exists():
+            out[key] = None
+            continue
+        try:
+            out[key] = (
+                load_file(str(f))
+                if fname.endswith("safetensors")
+                else torch.load(f, weights_only=True, map_location="cpu")
+            )
+        except Exception as e:
+            raise TrainError(
+                f"{f}: cannot be read ({type(e).__name__}: {str(e)[:200]}); the checkpoint is corrupt"
+            ) from None
     return out
 
 # %% ../nbs/04b_checkpoint.ipynb #9cc823af
 def load_weights(model, sd: dict, source):
-    "Load `sd` into `model` strictly; `TrainError` naming the first missing, unexpected or mis-shaped key (expected vs found)."
+    """Load `sd` into `model` strictly; `TrainError` naming the first missing, unexpected or mis-shaped key (expected vs
+    found)."""
     own = model.state_dict()
     for k, v in own.items():
-        if k not in sd: raise TrainError(f"{source}: has no {k} (shape {list(v.shape)}), which this model needs; it was saved from a different model")
+        if k not in sd:
+            raise TrainError(f"{source}: has no {k} (shape {list(v.shape)}), which this model needs; it was saved from "
+                             "a different model")
         if tuple(sd[k].shape) != tuple(v.shape):
             raise TrainError(f"{source}: {k} has shape {list(sd[k].shape)}, this model expects {list(v.shape)}; "
                              f"the checkpoint was trained for other data or another config")
     extra = [k for k in sd if k not in own]
-    if extra: raise TrainError(f"{source}: holds {extra[0]} (and {len(extra) - 1} more keys) that this model does not have; it was saved from a different model")
+    if extra:
+        raise TrainError(f"{source}: holds {extra[0]} (and {len(extra) - 1} more keys) that this model does not have; "
+                         "it was saved from a different model")
     model.load_state_dict(sd)
 
 # %% ../nbs/04b_checkpoint.ipynb #afcd6ca8
@@ -94,7 +117,8 @@ _locks = {}   # run folder -> open lock file of this process
 
 def lock_run(run_dir) -> int:
     """Create `run_dir` and hold an exclusive lock on `run_dir/.lock` (released when the process ends): a second run
-    into the same folder is refused, naming the pid and host that hold it. `TrainError` if the folder cannot be written."""
+    into the same folder is refused, naming the pid and host that hold it. `TrainError` if the folder cannot be
+    written."""
     run_dir = Path(run_dir).absolute()
     if str(run_dir) in _locks: os.close(_locks.pop(str(run_dir)))   # a notebook re-running train_worker in-process
     try:
@@ -108,7 +132,8 @@ def lock_run(run_dir) -> int:
         holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise _busy(run_dir, holder) from None
-    os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}".encode(), 0)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}".encode(), 0)
     _locks[str(run_dir)] = fd
     return fd
 
@@ -144,7 +169,8 @@ def check_run_dir(rd: Path, resume):
     if holder: raise _busy(rd, holder)
     if resume is True: latest_checkpoint(rd)
     elif not resume and (rd / "logs.jsonl").exists():
-        raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
+        raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose "
+                         "another folder")
 
 def resume_step(rd: Path, resume, max_steps) -> int | None:
     """The step a resumed run would start from (None when it starts afresh). Refuses, before any process starts, a
@@ -156,8 +182,8 @@ def resume_step(rd: Path, resume, max_steps) -> int | None:
     except ValueError: return None   # an imported checkpoint's folder: its state says
     if max_steps is not None and (step > max_steps or step == max_steps and resume is True):
         raise TrainError(f"{rd}: resume: the run is already at step {step} ({latest.parent.name}/{name}), "
-                         f"{'past' if step > max_steps else 'at'} training.max_steps={max_steps}; set training.max_steps above "
-                         f"{step} to train further, or start a new run folder")
+                         f"{'past' if step > max_steps else 'at'} training.max_steps={max_steps}; set "
+                         f"training.max_steps above {step} to train further, or start a new run folder")
     return step
 
 # %% ../nbs/04b_checkpoint.ipynb #4d3910f1
@@ -166,7 +192,9 @@ def check_store_shapes(cfg, info):
     want = {k: list(v) for k, v in (cfg.shape_meta.get("obs") or {}).items()}
     for k in cfg.task.dataset.obs_keys:
         found = list(info.arrays[k].shape[1:]) if k in info.arrays else None
-        if found is None: raise TrainError(f"{info.path}: no data/{k}, which config {cfg.name} observes (the store has {', '.join(info.keys)})")
+        if found is None:
+            raise TrainError(f"{info.path}: no data/{k}, which config {cfg.name} observes (the store has "
+                             f"{', '.join(info.keys)})")
         if k in want and want[k] != found:
             raise TrainError(f"{info.path}: data/{k} has frames of shape {found}, the config's model expects {want[k]} "
                              f"(shape_meta.obs.{k}); build the config from this store (for_store / dpt train --data)")
@@ -174,4 +202,5 @@ def check_store_shapes(cfg, info):
             raise TrainError(f"{info.path}: data/{k} is {info.arrays[k].dtype}; cameras must be uint8 (T, 3, H, W)")
     adim = info.arrays[cfg.task.dataset.action_key].shape[1:]
     if list(adim) != [cfg.shape_meta.action_dim]:
-        raise TrainError(f"{info.path}: data/{cfg.task.dataset.action_key} has shape {list(adim)}, the config expects [{cfg.shape_meta.action_dim}]")
+        raise TrainError(f"{info.path}: data/{cfg.task.dataset.action_key} has shape {list(adim)}, the config expects "
+                         f"[{cfg.shape_meta.action_dim}]")

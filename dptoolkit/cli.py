@@ -20,8 +20,10 @@ class CLIError(Exception):
     "A runtime error the CLI reports as one line (exit 1)."
 
 def _is_known(e) -> bool:
-    "Our own errors (StoreError, MergeError, ConfigError, TrainError, LaunchError, ReportError, CLIError): one line, no traceback."
-    return isinstance(e, CLIError) or (type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error"))
+    """Our own errors (StoreError, MergeError, ConfigError, TrainError, LaunchError, ReportError, CLIError): one line,
+    no traceback."""
+    return isinstance(e, CLIError) or (type(e).__module__.startswith("dptoolkit.")
+                                       and type(e).__name__.endswith("Error"))
 
 class _Parser(argparse.ArgumentParser):
     "argparse that reports a usage error as one line, `dpt: error: ...`, exit 2."
@@ -31,19 +33,34 @@ class _Parser(argparse.ArgumentParser):
 # %% ../nbs/08_cli.ipynb #ae3e3536
 def cmd_sample_data(a):
     from dptoolkit.store import sample_data, describe
-    paths = sample_data(a.dest, tasks=a.tasks, episodes=a.episodes, dim=a.dim, image=a.image, seed=a.seed, overwrite=a.overwrite)
+    paths = sample_data(a.dest, tasks=a.tasks, episodes=a.episodes, dim=a.dim, image=a.image, seed=a.seed,
+                        overwrite=a.overwrite)
     for p in paths:
-        i = describe(p); print(f"{p}: {i.episodes} episodes, {i.steps} steps, keys {', '.join(i.keys)}")
+        i = describe(p)
+        print(f"{p}: {i.episodes} episodes, {i.steps} steps, keys {', '.join(i.keys)}")
 
 def cmd_inspect(a):
     from dptoolkit.store import describe, episodes, verify
     info = verify(a.path, progress=not a.json) if a.verify else describe(a.path)
-    if a.json: print(json.dumps(info.to_dict(), indent=1, default=str)); return
+    if a.json:
+        print(json.dumps(info.to_dict(), indent=1, default=str))
+        return
     print(info)
     ep = episodes(a.path)
     print(f"\n  episode length: min {ep.length.min()}, median {int(ep.length.median())}, max {ep.length.max()}")
     if ep.task_name.nunique() > 1:
-        print("  per task:\n" + "\n".join("    " + l for l in ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum")).to_string().splitlines()))
+        print(
+            "  per task:\n"
+            + "\n".join(
+                "    " + l
+                for l in (
+                    ep.groupby("task_name")
+                    .agg(episodes=("episode", "size"), steps=("length", "sum"))
+                    .to_string()
+                    .splitlines()
+                )
+            )
+        )
 
 def cmd_cache(a):
     if not (a.store or a.list or a.clear): raise CLIError("dpt cache: give a STORE to cache, or --list / --clear")
@@ -52,15 +69,21 @@ def cmd_cache(a):
     folder = Path(a.cache_dir) if a.cache_dir else default_cache_dir()
     if a.list:
         df = cache_list(folder)
-        if a.json: print(df.to_json(orient="records", indent=1)); return
-        if df.empty: print(f"{folder}: no cache entries"); return
+        if a.json:
+            print(df.to_json(orient="records", indent=1))
+            return
+        if df.empty:
+            print(f"{folder}: no cache entries")
+            return
         print(df.drop(columns=["bytes"]).to_string(index=False))
-        print(f"\n{len(df)} entries, {_fmt_bytes(int(df.bytes.sum()))} in {folder}"); return
+        print(f"\n{len(df)} entries, {_fmt_bytes(int(df.bytes.sum()))} in {folder}")
+        return
     if a.clear:
         freed = cache_clear(folder, store=a.store, stale_only=a.stale)
-        print(f"removed {_fmt_bytes(freed)} of cache entries from {folder}"); return
+        print(f"removed {_fmt_bytes(freed)} of cache entries from {folder}")
+        return
     if a.keys: keys = a.keys.split(",")
-    else:                                  # the keys a run on this store reads: its cameras, low-dim observations, action
+    else:   # the keys a run on this store reads: its cameras, low-dim observations, action
         from dptoolkit.config import for_store
         c = for_store(a.store, name="test")
         keys = list(c.task.dataset.obs_keys) + [c.task.dataset.action_key]
@@ -75,7 +98,8 @@ def cmd_merge(a):
     names = a.task_names.split(",") if a.task_names else None
     t0 = time.time()
     info = merge(a.sources, a.output, keys=keys, task_names=names, overwrite=a.overwrite, progress=not a.no_progress)
-    print(info); print(f"merged {len(a.sources)} stores in {time.time() - t0:.1f} s")
+    print(info)
+    print(f"merged {len(a.sources)} stores in {time.time() - t0:.1f} s")
 
 def cmd_config(a):
     from omegaconf import OmegaConf
@@ -103,7 +127,8 @@ def count0(text: str) -> int:
     return _at_least(text, 0)
 
 def _scheduler_env():
-    "torchrun's variables, or an srun step's mapped to them (launch.rank_env); sets them in os.environ. None: a plain process."
+    """torchrun's variables, or an srun step's mapped to them (launch.rank_env); sets them in os.environ. None: a plain
+    process."""
     from dptoolkit.launch import rank_env
     env = rank_env()
     if env: os.environ.update(env)
@@ -123,7 +148,9 @@ def cmd_train(a):
     if _scheduler_env():                    # torchrun or srun started this rank: run the loop here, no launcher
         if not a.out and not cfg.logging.run_name:
             raise CLIError("under torchrun / srun every process must agree on the run folder: pass --out RUN_DIR")
-        if a.nprocs or a.gpu_ids: print("dpt train: under torchrun / srun, --nprocs/--gpu-ids are ignored (the scheduler sets the ranks)", file=sys.stderr)
+        if a.nprocs or a.gpu_ids:
+            print("dpt train: under torchrun / srun, --nprocs/--gpu-ids are ignored (the scheduler sets the ranks)",
+                  file=sys.stderr)
         if a.backend: cfg.ddp.backend = a.backend
         import torch.distributed as dist
         try: res = train_worker(cfg)
@@ -138,8 +165,13 @@ def run_folders(paths) -> list:
     "Run folders from paths: a run folder itself, or every run folder (one with logs.jsonl) found below a folder."
     out = []
     for p in map(Path, paths):
-        found = [p] if (p / "logs.jsonl").exists() else sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
-        if not found: raise CLIError(f"{p}: no logs.jsonl in it or below it (is this a run folder, or a folder of runs?)")
+        found = (
+            [p]
+            if (p / "logs.jsonl").exists()
+            else sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
+        )
+        if not found:
+            raise CLIError(f"{p}: no logs.jsonl in it or below it (is this a run folder, or a folder of runs?)")
         out += found
     return out
 
@@ -154,13 +186,18 @@ def cmd_report(a):
     if a.json: print(s.to_json(orient="records", indent=1))
     else:
         print(s[cols].to_string(index=False, float_format=plain))
-        if s.attrs.get("val_loss_target") is not None: print(f"time_to_val_loss: training seconds to val_loss ≤ {plain(s.attrs['val_loss_target'])}")
+        if s.attrs.get("val_loss_target") is not None:
+            print(f"time_to_val_loss: training seconds to val_loss ≤ {plain(s.attrs['val_loss_target'])}")
         for r in s[s["flag"].astype(bool)].itertuples(): print(f"{r.run}: not to be trusted: {r.flag}")
     if a.output:
         plt = _plt()
         fig, axs = plt.subplots(1, 4, figsize=(17, 3.4))
-        plot_throughput(s, ax=axs[0]); plot_speedup(s, ax=axs[1]); plot_loss(runs, ax=axs[2:])
-        fig.tight_layout(); Path(a.output).parent.mkdir(parents=True, exist_ok=True); fig.savefig(a.output, dpi=110)
+        plot_throughput(s, ax=axs[0])
+        plot_speedup(s, ax=axs[1])
+        plot_loss(runs, ax=axs[2:])
+        fig.tight_layout()
+        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(a.output, dpi=110)
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
 def cmd_eval(a):
@@ -170,7 +207,9 @@ def cmd_eval(a):
     if a.json: print(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
     else: print(ev.summary())
     if a.output:
-        fig = ev.plot(); Path(a.output).parent.mkdir(parents=True, exist_ok=True); fig.savefig(a.output, dpi=110)
+        fig = ev.plot()
+        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(a.output, dpi=110)
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
 def cmd_sim_data(a):
@@ -184,10 +223,12 @@ def cmd_rollout(a):
     from dptoolkit.sim import rollout, rollout_table
     res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                    video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress))]
-    if a.baselines: res += [rollout(b, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
+    if a.baselines:
+        res += [rollout(b, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                                     progress=not (a.json or a.no_progress)) for b in ("expert", "hold")]
     if a.json:
-        print(json.dumps([dict(r.summary(), videos=r.videos, episodes_table=r.episodes.to_dict("records")) for r in res], indent=1, default=str))
+        print(json.dumps([dict(r.summary(), videos=r.videos,
+                               episodes_table=r.episodes.to_dict("records")) for r in res], indent=1, default=str))
     else:
         print(rollout_table(res).to_string(float_format=plain))
         for r in res:
@@ -206,7 +247,8 @@ def cmd_slurm(a):
 def cmd_export(a):
     from dptoolkit.interop import export
     out = export(a.run, a.output, task_name=a.task_name)
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): a diffusion_policy / RoboTwin checkpoint (cfg, state_dicts model + ema_model)")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): a diffusion_policy / RoboTwin checkpoint (cfg, "
+          "state_dicts model + ema_model)")
 
 def cmd_import(a):
     from dptoolkit.interop import import_checkpoint
@@ -222,11 +264,14 @@ def bundled_data() -> Path | None:
     return p if p.is_dir() and list(p.glob("*.zarr")) else None
 
 # the demo's model: the test config's U-Net widened to [64, 128], predicting the clean action (diffusion_policy's
-# prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise (epsilon)
-DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8", "policy.prediction_type=sample"]
+# prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise
+# (epsilon)
+DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8",
+              "policy.prediction_type=sample"]
 
 def _demo_merge(out: Path, data, progress: bool):
-    "Demo step 1: merge the bundled task stores (or sample ones, for an installed package) and show the episodes per task."
+    """Demo step 1: merge the bundled task stores (or sample ones, for an installed package) and show the episodes per
+    task."""
     from dptoolkit.store import sample_data, episodes
     from dptoolkit.merge import merge
     if data is None:
@@ -236,8 +281,10 @@ def _demo_merge(out: Path, data, progress: bool):
         srcs = sorted(data.glob("*.zarr"))
     info = merge(srcs, out / "merged.zarr", progress=progress)
     ep = episodes(out / "merged.zarr")
-    print(f"{len(srcs)} stores → {info.path}: {info.episodes} episodes, {info.steps} steps, action_dim {info.action_dim}")
-    print(ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum"), mean_length=("length", "mean")).round(1).to_string())
+    print(f"{len(srcs)} stores → {info.path}: {info.episodes} episodes, {info.steps} steps, action_dim "
+          f"{info.action_dim}")
+    print(ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum"),
+                                      mean_length=("length", "mean")).round(1).to_string())
     return info
 
 def _demo_outputs(out: Path, s, runs, ev) -> dict:
@@ -247,14 +294,18 @@ def _demo_outputs(out: Path, s, runs, ev) -> dict:
     figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs), "eval": ev.plot()}
     paths = {}
     for name, fig in figs.items():
-        paths[name] = out / f"{name}.png"; fig.savefig(paths[name], dpi=110); plt.close(fig)
+        paths[name] = out / f"{name}.png"
+        fig.savefig(paths[name], dpi=110)
+        plt.close(fig)
     (out / "summary.csv").write_text(s.to_csv(index=False))
     (out / "eval.json").write_text(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
-    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values()) + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
+    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values())
+          + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
     print("\nnext steps:\n"
-          "  your own stores:   dpt inspect STORE.zarr, then dpt train --data STORE.zarr --nprocs N (or dpt merge A B -o AB first)\n"
-          "  the walkthrough:   jupyter lab nbs/09_walkthrough.ipynb (six tasks to a speed-up table, from notebook cells)\n"
-          "  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an sbatch script; --submit sends it)")
+          "  your own stores:   dpt inspect STORE.zarr, then dpt train --data STORE.zarr --nprocs N (or dpt merge A B "
+          "-o AB first)\n  the walkthrough:   jupyter lab nbs/09_walkthrough.ipynb (six tasks to a speed-up table, "
+          "from notebook cells)\n  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an "
+          "sbatch script; --submit sends it)")
     return paths
 
 # %% ../nbs/08_cli.ipynb #5a0f545b
@@ -274,7 +325,9 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     if data is not None and (out == data.parent or data.parent in out.parents or out in data.parents):
         raise CLIError(f"{out}: the demo never writes inside the bundled data/ folder; choose another --out")
     if out.exists() and any(out.iterdir()):
-        if not overwrite: raise CLIError(f"{out}: already exists and is not empty; pass --overwrite or another --out (runs are never mixed)")
+        if not overwrite:
+            raise CLIError(f"{out}: already exists and is not empty; pass --overwrite or another --out (runs are never "
+                           "mixed)")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     step = lambda n, s: print(f"\n== {n}. {s} ==", flush=True)
@@ -290,15 +343,16 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     print(dev.note or f"GPUs {dev.ids} with {dev.backend}")
     base = [f"dataloader.batch_size={batch}", "scaling.keep_effective_batch_size=false", "task.dataset.val_ratio=0.15"]
     base += DEMO_MODEL if small else []
-    cfg = for_store(out / "merged.zarr", base + [f"training.max_steps={steps}", f"training.log_every={max(1, steps // 10)}",
+    cfg = for_store(out / "merged.zarr", base + [f"training.max_steps={steps}",
+                                                 f"training.log_every={max(1, steps // 10)}",
                                                  f"training.checkpoint_every={steps // 2}"], name=config)
     print(plan(cfg, n))
     step(3, f"train {steps} steps on {n} process{'es' if n > 1 else ''}")
     gpus = lambda ws: dev.ids[:ws] if dev.kind == "cuda" else None
     r = train(cfg, nprocs=n, gpu_ids=gpus(n), run_dir=out / f"run_{n}proc", progress=progress)
     lg = read_log(r.run_dir)["loss"]
-    print(f"loss {lg.iloc[0]:.3f} → {lg.iloc[-1]:.3f} (first and last logged), {plain(r.metrics['samples_per_s'])} samples/s, "
-          f"{r.metrics['wall_s']:.1f} s")
+    print(f"loss {lg.iloc[0]:.3f} → {lg.iloc[-1]:.3f} (first and last logged), {plain(r.metrics['samples_per_s'])} "
+          f"samples/s, {r.metrics['wall_s']:.1f} s")
     runs = [r.run_dir]
     if n > 1:   # timing: short runs at 1 and n processes, interleaved and repeated, so a busy spell hits both alike
         step(4, f"time 1 and {n} processes: {timing_steps} steps each, {repeats} interleaved repeats")
@@ -310,9 +364,9 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
         for row in s[s["flag"].astype(bool)].itertuples():
             print(f"world size {row.world_size}: not to be trusted: {row.flag}")
         if dev.kind == "cpu":
-            print(f"(timed with {int(s['threads'].iloc[-1] or 1)} torch thread per CPU process, like one device per rank: "
-                  f"the report chapter's thread policy; CPU processes share this machine's cores, so CPU speed-up says "
-                  f"little about GPUs, where each rank has its own device)")
+            print(f"(timed with {int(s['threads'].iloc[-1] or 1)} torch thread per CPU process, like one device per "
+                  "rank: the report chapter's thread policy; CPU processes share this machine's cores, so CPU "
+                  f"speed-up says little about GPUs, where each rank has its own device)")
     else:
         s = summarize(runs)
     step(6 if n > 1 else 4, f"evaluate the {n}-process run's policy on its held-out episodes")
@@ -321,7 +375,8 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     pm, hm, mm = (ev.metrics.loc[k, "mse"] for k in ("policy", "hold", "mean"))
     print(f"the policy's action error is {pm / mm:.2f}× that of predicting the mean action" +
           (f" and {pm / hm:.2f}× that of holding the joint state still: " + ("it beats both." if pm < hm else
-           "holding still is hard to beat over a short chunk of smooth motion (RoboTwin's action is the next joint state)")))
+           "holding still is hard to beat over a short chunk of smooth motion (RoboTwin's action is the next joint "
+           "state)")))
     paths = _demo_outputs(out, s, runs, ev)
     return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
 
@@ -340,17 +395,19 @@ _JSON = lambda what: _a("--json", action="store_true", help=f"print {what} as JS
 # every subcommand: what it does (help), a paragraph (description), examples, and every argument with its help text
 COMMANDS = {
     "demo": dict(fn=cmd_demo, help="the whole pipeline on the bundled data/: merge → config → train → report",
-        description="Merge the bundled per-task stores, pick the config that matches their dimension, train it on 1 and on N "
-                    "processes (2 repeats each), and print the speed-up table with its spread and a figure.",
+        description="Merge the bundled per-task stores, pick the config that matches their dimension, train it on 1 "
+                    "and on N processes (2 repeats each), and print the speed-up table with its spread and a figure.",
         examples=["dpt demo", "dpt demo --nprocs 4 --steps 2000 --out demo4"],
         args=[_a("--out", default="dpt-demo", help="output folder (default ./dpt-demo)"),
               _a("--nprocs", type=count, help="processes for the parallel run (default: 2 on CPU, all GPUs)"),
-              _a("--steps", type=count, default=500, help="steps of the parallel run (the 1-process timing run: a fifth)"),
-              _a("--config", default="test", help="packaged config or YAML path (default test: a small U-Net for CPUs)"),
+              _a("--steps", type=count, default=500,
+                 help="steps of the parallel run (the 1-process timing run: a fifth)"),
+              _a("--config", default="test",
+                 help="packaged config or YAML path (default test: a small U-Net for CPUs)"),
               _a("--overwrite", action="store_true", help="replace an existing output folder"), _NO_PROGRESS]),
     "sample-data": dict(fn=cmd_sample_data, help="write small, realistic sample task stores",
-        description="Write TASKS replay-buffer stores (smooth joint trajectories, the RoboTwin layout) to try every command "
-                    "without data of your own.",
+        description="Write TASKS replay-buffer stores (smooth joint trajectories, the RoboTwin layout) to try every "
+                    "command without data of your own.",
         examples=["dpt sample-data tasks/ --tasks 3 --episodes 6", "dpt sample-data cams/ --image --dim 16"],
         args=[_a("dest", help="folder the stores are written into"),
               _a("--tasks", type=count, default=3, help="stores to write, one per task (default 3)"),
@@ -365,17 +422,21 @@ COMMANDS = {
         args=[_a("path", help="the replay-buffer zarr store"), _JSON("the summary"),
               _a("--verify", action="store_true", help="decode every chunk and name each damaged one (exit 1)")]),
     "merge": dict(fn=cmd_merge, help="merge stores (streaming, validated, atomic)",
-        description="Merge per-task stores into one: validated first, streamed chunk by chunk, written to a temporary folder "
-                    "and renamed when complete; each episode keeps its task name (meta/episode_task).",
-        examples=["dpt merge data/*.zarr -o six_tasks.zarr", "dpt merge a.zarr b.zarr -o ab.zarr --keys state,action --task-names a,b"],
+        description="Merge per-task stores into one: validated first, streamed chunk by chunk, written to a temporary "
+                    "folder and renamed when complete; each episode keeps its task name (meta/episode_task).",
+        examples=["dpt merge data/*.zarr -o six_tasks.zarr",
+                  "dpt merge a.zarr b.zarr -o ab.zarr --keys state,action --task-names a,b"],
         args=[_a("sources", nargs="+", help="stores to merge, in order"),
               _a("-o", "--output", required=True, help="the merged store to write"),
               _a("--overwrite", action="store_true", help="replace an existing output store"),
-              _a("--keys", help="comma-separated data keys to keep, e.g. state,action (default: all, which must agree)"),
-              _a("--task-names", help="comma-separated task name per source (default: the store names)"), _NO_PROGRESS]),
-    "cache": dict(fn=cmd_cache, help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear",
-        description="Runs with storage mmap read a decoded copy of the store, built once per machine. Build it ahead of a "
-                    "run, list the entries, or clear them.",
+              _a("--keys",
+                 help="comma-separated data keys to keep, e.g. state,action (default: all, which must agree)"),
+              _a("--task-names", help="comma-separated task name per source (default: the store names)"),
+              _NO_PROGRESS]),
+    "cache": dict(fn=cmd_cache,
+                  help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear",
+        description="Runs with storage mmap read a decoded copy of the store, built once per machine. Build it ahead "
+                    "of a run, list the entries, or clear them.",
         examples=["dpt cache six_tasks.zarr", "dpt cache --list", "dpt cache --clear --stale"],
         args=[_a("store", nargs="?", help="store to build the cache for (with --clear: only its entries)"),
               _a("--keys", help="comma-separated data keys (default: those a run reads)"),
@@ -387,48 +448,61 @@ COMMANDS = {
     "config": dict(fn=cmd_config, help="print the selected, filled config and its plan",
         description="Select the packaged config for a store (or an action dimension), fill it from the store, apply "
                     "overrides and print it with the per-device batch and learning rate for --nprocs processes.",
-        examples=["dpt config six_tasks.zarr --nprocs 4", "dpt config 16", "dpt config d.zarr optimizer.lr=3e-4 --name robot_dp_14"],
+        examples=["dpt config six_tasks.zarr --nprocs 4", "dpt config 16",
+                  "dpt config d.zarr optimizer.lr=3e-4 --name robot_dp_14"],
         args=[_a("path_or_dim", help="a store, or an action dimension (10, 14, 16)"),
               _a("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. dataloader.batch_size=64"),
               _a("--name", help="packaged config name or YAML path instead of selection by dimension"),
               _a("--nprocs", type=count, help="processes to plan for (default 1)")]),
     "train": dict(fn=cmd_train, help="train on N processes (or under torchrun / srun)",
-        description="Train a Diffusion Policy on a store: the config is selected by the data's dimension unless --config "
-                    "names one; N processes with DDP (GPUs when present, else CPU with gloo); logs, checkpoints and "
-                    "config.yaml in the run folder. Under torchrun or srun each process is one rank.",
-        examples=["dpt train --data six_tasks.zarr --nprocs 2 --out runs/a", "dpt train --data d.zarr --gpu-ids 0,2 optimizer.lr=3e-4",
+        description="Train a Diffusion Policy on a store: the config is selected by the data's dimension unless "
+                    "--config names one; N processes with DDP (GPUs when present, else CPU with gloo); logs, "
+                    "checkpoints and config.yaml in the run folder. Under torchrun or srun each process is one rank.",
+        examples=["dpt train --data six_tasks.zarr --nprocs 2 --out runs/a",
+                  "dpt train --data d.zarr --gpu-ids 0,2 optimizer.lr=3e-4",
                   "dpt train --data d.zarr --out runs/a --resume training.max_steps=20000"],
         group=["--nprocs", "--gpu-ids"],
         args=[_a("--config", help="packaged config name or YAML path (default: selected by the data's dimension)"),
               _a("--data", help="replay-buffer zarr store to train on"),
               _a("--nprocs", type=count, help="processes (default: every visible GPU, else 1 CPU process)"),
               _a("--gpu-ids", help="GPUs to use, e.g. 0,2 (one process each)"),
-              _a("--backend", choices=["gloo", "nccl"], help="process-group backend (default: nccl on GPUs, gloo on CPU)"),
+              _a("--backend", choices=["gloo", "nccl"],
+                 help="process-group backend (default: nccl on GPUs, gloo on CPU)"),
               _a("--out", help="run folder (default logging.out_dir/<run name or time>)"),
-              _a("--resume", action="store_true", help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"),
-              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. training.max_steps=2000")]),
+              _a("--resume", action="store_true",
+                 help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"),
+              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE",
+                               help="config overrides, e.g. training.max_steps=2000")]),
     "report": dict(fn=cmd_report, help="throughput / speed-up table and figures from run folders",
         description="Read run folders (or folders of runs) and print samples/s, speed-up and efficiency with their "
                     "quartile spread, flagging windows a busy machine disturbed; -o writes the figures.",
-        examples=["dpt report dpt-demo", "dpt report runs/1gpu runs/4gpu -o speedup.png", "dpt report sweep/ --combine --json"],
+        examples=["dpt report dpt-demo", "dpt report runs/1gpu runs/4gpu -o speedup.png",
+                  "dpt report sweep/ --combine --json"],
         args=[_a("runs", nargs="+", help="run folders, or folders with runs below them"),
               _a("-o", "--output", help="figure file (PNG)"), _JSON("the table (every column)"),
-              _a("--warmup", default="auto", help="optimizer steps left out of the timing, or auto: the first log window "
+              _a("--warmup", default="auto",
+                 help="optimizer steps left out of the timing, or auto: the first log window "
                                                   "and any slow start after it (default)"),
-              _a("--combine", action="store_true", help="pool repeated runs of one world size into one row (sweep(..., repeats=))"),
-              _a("--target", type=float, help="validation loss for time_to_val_loss (default: the best every run reached)")]),
-    "eval": dict(fn=cmd_eval, help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes",
+              _a("--combine", action="store_true",
+                 help="pool repeated runs of one world size into one row (sweep(..., repeats=))"),
+              _a("--target", type=float,
+                 help="validation loss for time_to_val_loss (default: the best every run reached)")]),
+    "eval": dict(fn=cmd_eval,
+                 help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes",
         description="Sample the run's policy (EMA weights) on held-out windows and compare its action error with two "
                     "baselines that need no model.",
         examples=["dpt eval runs/a", "dpt eval runs/a --sampler ddim --steps 10 -o traj.png"],
         args=[_a("run", help="run folder"), _a("--data", help="store to evaluate on (default: the run's own)"),
               _a("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)"),
               _a("--windows", type=count, default=256, help="at most this many windows (default 256)"),
-              _a("--sampler", choices=["ddim", "ddpm"], help="default: the run's own (its config's policy.sampler and steps)"),
+              _a("--sampler", choices=["ddim", "ddpm"],
+                 help="default: the run's own (its config's policy.sampler and steps)"),
               _a("--steps", type=count, help="denoising steps (default: the config's; 10 for --sampler ddim)"),
               _a("--seed", type=int, default=0, help="random seed of the sampler (default 0)"), _JSON("the scores"),
               _a("-o", "--output", help="trajectory figure file (PNG)"), _NO_PROGRESS]),
-    "sim-data": dict(fn=cmd_sim_data, help="scripted demonstrations in the ALOHA simulator, written as a store (pip install 'dptoolkit[sim]')",
+    "sim-data": dict(fn=cmd_sim_data,
+                     help="scripted demonstrations in the ALOHA simulator, written as a store (pip install "
+                          "'dptoolkit[sim]')",
         description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
                     "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
         examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2"],
@@ -441,10 +515,12 @@ COMMANDS = {
               _a("--seed", type=int, default=0, help="first seed (default 0)"),
               _a("--keep-failed", action="store_true", help="store the expert's failed episodes too"),
               _a("--overwrite", action="store_true", help="replace an existing store"), _NO_PROGRESS]),
-    "rollout": dict(fn=cmd_rollout, help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
-        description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success rate "
-                    "with its Wilson interval, returns and the seeds (the same seeds for every policy).",
-        examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/", "dpt rollout expert --episodes 20"],
+    "rollout": dict(fn=cmd_rollout,
+                    help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
+        description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success "
+                    "rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
+        examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/",
+                  "dpt rollout expert --episodes 20"],
         args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
               _a("--task", default="transfer_cube", help="transfer_cube"),
               _a("--episodes", type=count, default=10, help="episodes (default 10)"),
@@ -455,9 +531,10 @@ COMMANDS = {
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),
               _a("--videos", type=count0, default=2, help="episodes to film with --video (default 2)"),
               _JSON("the results"), _NO_PROGRESS]),
-    "slurm": dict(fn=cmd_slurm, help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue",
-        description="Write an sbatch script that runs `dpt train TRAIN_ARGS` on N nodes × G GPUs with torchrun; Slurm's "
-                    "warning signal checkpoints the run, --requeue puts it back in the queue to resume.",
+    "slurm": dict(fn=cmd_slurm,
+                  help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue",
+        description="Write an sbatch script that runs `dpt train TRAIN_ARGS` on N nodes × G GPUs with torchrun; "
+                    "Slurm's warning signal checkpoints the run, --requeue puts it back in the queue to resume.",
         examples=["dpt slurm --nodes 2 --gpus-per-node 8 --time 24:00:00 --requeue -- --data six.zarr --out runs/big",
                   "dpt slurm --nodes 2 --cpu --submit -- --config test --data d.zarr --out runs/try"],
         args=[_a("--nodes", type=count, default=1, help="nodes (default 1)"),
@@ -468,34 +545,42 @@ COMMANDS = {
               _a("--requeue", action="store_true", help="requeue the job after a preemption signal and resume"),
               _a("--grace", type=count, default=120, help="seconds between Slurm's USR1 and the end (default 120)"),
               _a("--job-name", default="dpt-train", help="job name (default dpt-train)"),
-              _a("--cpus-per-task", type=count, help="CPUs per node's task (default: Slurm's; with --cpu one per rank)"),
+              _a("--cpus-per-task", type=count,
+                 help="CPUs per node's task (default: Slurm's; with --cpu one per rank)"),
               _a("-o", "--output", default="dpt-train.sbatch", help="script file (default ./dpt-train.sbatch)"),
               _a("--submit", action="store_true", help="run sbatch and print the job id"),
-              _a("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS", help="arguments of dpt train, after --")]),
+              _a("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS",
+                 help="arguments of dpt train, after --")]),
     "export": dict(fn=cmd_export, help="write a run's model as a diffusion_policy / RoboTwin checkpoint",
-        description="Write the run's EMA model, normalizers and config as the .ckpt RoboTwin's and diffusion_policy's own "
-                    "code loads without changes (plain pickle of tensors and dicts).",
+        description="Write the run's EMA model, normalizers and config as the .ckpt RoboTwin's and diffusion_policy's "
+                    "own code loads without changes (plain pickle of tensors and dicts).",
         examples=["dpt export runs/a -o model.ckpt --task-name beat_block_hammer"],
-        args=[_a("run", help="run folder"), _a("-o", "--output", required=True, help="checkpoint file, e.g. model.ckpt"),
+        args=[_a("run", help="run folder"), _a("-o", "--output", required=True,
+                                               help="checkpoint file, e.g. model.ckpt"),
               _a("--task-name", help="task name written into the checkpoint's config")]),
-    "import": dict(fn=cmd_import, help="turn a diffusion_policy / RoboTwin checkpoint into a run folder (pickle: needs --trust)",
-        description="Read a diffusion_policy / RoboTwin .ckpt (an allow-list unpickler; only with --trust) and write a run "
-                    "folder that `dpt train --resume`, eval and rollout take.",
+    "import": dict(fn=cmd_import,
+                   help="turn a diffusion_policy / RoboTwin checkpoint into a run folder (pickle: needs --trust)",
+        description="Read a diffusion_policy / RoboTwin .ckpt (an allow-list unpickler; only with --trust) and write a "
+                    "run folder that `dpt train --resume`, eval and rollout take.",
         examples=["dpt import 600.ckpt -o runs/imported --trust --data six_tasks.zarr"],
         args=[_a("checkpoint", help="the .ckpt file"), _a("-o", "--output", required=True, help="new run folder"),
-              _a("--trust", action="store_true", help="allow unpickling the file (it can run code): only for files you trust"),
+              _a("--trust", action="store_true",
+                 help="allow unpickling the file (it can run code): only for files you trust"),
               _a("--data", help="store to train on; checked against the checkpoint's shapes")]),
 }
 
 # %% ../nbs/08_cli.ipynb #eaf951bb
 def build_parser() -> argparse.ArgumentParser:
     "`dpt`'s parser, built from `COMMANDS` (each subcommand: help, description, examples, arguments with help)."
-    p = _Parser(prog="dpt", description="dptoolkit: merge zarr stores, pick configs, train Diffusion Policy on N processes, "
-                "report speed-ups, evaluate in a simulator.", epilog="`dpt COMMAND --help` shows a command's options and examples.")
+    p = _Parser(prog="dpt",
+                description="dptoolkit: merge zarr stores, pick configs, train Diffusion Policy on N processes, "
+                "report speed-ups, evaluate in a simulator.",
+                epilog="`dpt COMMAND --help` shows a command's options and examples.")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, c in COMMANDS.items():
-        sp = sub.add_parser(name, help=c["help"], description=c["description"], formatter_class=argparse.RawDescriptionHelpFormatter,
+        sp = sub.add_parser(name, help=c["help"], description=c["description"],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="examples:\n" + "\n".join(f"  {e}" for e in c["examples"]))
         group = sp.add_mutually_exclusive_group() if c.get("group") else None
         for flags, kw in c["args"]:
@@ -514,25 +599,31 @@ def main(argv=None) -> int:
         args.fn(args)
         return 0
     except KeyboardInterrupt:
-        print("dpt: interrupted", file=sys.stderr); return 130
+        print("dpt: interrupted", file=sys.stderr)
+        return 130
     except Exception as e:
         if args.debug:
             if getattr(e, "rank_traceback", None): print(e.rank_traceback, file=sys.stderr)
             raise
         if not _is_known(e):
-            print(f"dpt: error: {type(e).__name__}: {e} (run with --debug for the traceback)", file=sys.stderr); return 1
+            print(f"dpt: error: {type(e).__name__}: {e} (run with --debug for the traceback)", file=sys.stderr)
+            return 1
         if getattr(e, "rank_traceback", None):   # a rank failed: its error in one line, its traceback with --debug
-            print(f"dpt: error: {e.headline} (run with --debug for rank {e.rank}'s traceback)", file=sys.stderr); return 1
-        print(f"dpt: error: {e}", file=sys.stderr); return 1
+            print(f"dpt: error: {e.headline} (run with --debug for rank {e.rank}'s traceback)", file=sys.stderr)
+            return 1
+        print(f"dpt: error: {e}", file=sys.stderr)
+        return 1
 
 def _exit_with_parent(pid: int, every: float = 1.0):
-    "A background run (train(wait=False)) stops, with a checkpoint, when the kernel that started it is gone: no orphans."
+    """A background run (train(wait=False)) stops, with a checkpoint, when the kernel that started it is gone: no
+    orphans."""
     import threading
     def watch():
         while True:
             time.sleep(every)
             if os.getppid() != pid:
-                os.kill(os.getpid(), signal.SIGTERM); return
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
     threading.Thread(target=watch, daemon=True, name="dpt-parent-watch").start()
 
 def threading_main():

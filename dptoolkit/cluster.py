@@ -24,14 +24,16 @@ def _arg_value(args, *names):
     return None
 
 def _job_train_args(train_args) -> tuple:
-    """`dpt train` arguments for a job: checked (--out needed, no --nprocs), `training.resume=auto` added, and every path
-    absolute (the job may start in another folder, on another node). Returns (args, the absolute run folder)."""
+    """`dpt train` arguments for a job: checked (--out needed, no --nprocs), `training.resume=auto` added, and every
+    path absolute (the job may start in another folder, on another node). Returns (args, the absolute run folder)."""
     args = [str(a) for a in train_args]
     if args and args[0] == "--": args = args[1:]
     if args and args[0] == "train": args = args[1:]
     run = _arg_value(args, "--out")
-    if not run: raise ClusterError("the dpt train arguments need --out RUN_DIR: a run folder on a filesystem every node sees")
-    if _arg_value(args, "--nprocs", "--gpu-ids"): raise ClusterError("--nprocs/--gpu-ids do not apply under Slurm: use --nodes and --gpus-per-node")
+    if not run:
+        raise ClusterError("the dpt train arguments need --out RUN_DIR: a run folder on a filesystem every node sees")
+    if _arg_value(args, "--nprocs", "--gpu-ids"):
+        raise ClusterError("--nprocs/--gpu-ids do not apply under Slurm: use --nodes and --gpus-per-node")
     if not any(a.startswith("training.resume=") or a == "--resume" for a in args):
         # next to the other KEY=VALUE overrides: argparse takes positionals in one run
         last = max((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), default=len(args) - 1)
@@ -41,7 +43,8 @@ def _job_train_args(train_args) -> tuple:
     paths = {run: run_abs}
     for flag in ("--data", "--config"):
         v = _arg_value(args, flag)
-        if v and (flag == "--data" or Path(v).suffix in (".yaml", ".yml") or Path(v).exists()): paths[v] = str(Path(v).absolute())
+        if v and (flag == "--data" or Path(v).suffix in (".yaml", ".yml") or Path(v).exists()):
+            paths[v] = str(Path(v).absolute())
     def absolute(a):
         flag, eq, v = a.partition("=")
         return flag + eq + paths.get(v, v) if eq and flag in ("--out", "--data", "--config") else paths.get(a, a)
@@ -51,8 +54,9 @@ def _job_train_args(train_args) -> tuple:
 def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: bool = False, partition=None, time=None,
                  account=None, requeue: bool = False, grace: int = 120, job_name: str = "dpt-train", cpus_per_task=None,
                  python: str | None = None) -> str:
-    """An sbatch script that trains with `dpt train <train_args>` on `nodes` × `gpus_per_node` ranks: one srun task per node
-    runs torchrun (c10d rendezvous on the first node), SIGUSR1 `grace` s before the end → checkpoint and stop, `requeue`
+    """An sbatch script that trains with `dpt train <train_args>` on `nodes` × `gpus_per_node` ranks: one srun task per
+    node runs torchrun (c10d rendezvous on the first node), SIGUSR1 `grace` s before the end → checkpoint and stop,
+    `requeue`
     → back in the queue, resuming from the checkpoint (`training.resume=auto`). `cpu`: no GPUs are requested and each
     node's ranks are CPU processes with gloo (to try a cluster set-up without GPUs)."""
     for name, v in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
@@ -62,8 +66,13 @@ def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: boo
     sb = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--chdir={Path.cwd()}"]
     sb += [f"--cpus-per-task={cpus_per_task or gpus_per_node}"] if cpu else [f"--gpus-per-node={gpus_per_node}"] + (
         [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else [])
-    sb += [f"--partition={partition}"] * bool(partition) + [f"--time={time}"] * bool(time) + [f"--account={account}"] * bool(account)
-    sb += [f"--signal=B:USR1@{int(grace)}", "--open-mode=append", f"--output={run_abs}/slurm-%j.out"] + ["--requeue"] * requeue
+    sb += (
+        [f"--partition={partition}"] * bool(partition)
+        + [f"--time={time}"] * bool(time)
+        + [f"--account={account}"] * bool(account)
+    )
+    sb += [f"--signal=B:USR1@{int(grace)}", "--open-mode=append",
+           f"--output={run_abs}/slurm-%j.out"] + ["--requeue"] * requeue
     q = lambda a: shlex.quote(a)
     what = f"{gpus_per_node} CPU process(es) with gloo" if cpu else f"{gpus_per_node} GPU(s)"
     then = "; the job then requeues itself and resumes (training.resume=auto)" if requeue else ""
@@ -128,14 +137,19 @@ def write_slurm_script(path, train_args, **kw) -> Path:
     text = slurm_script(train_args, **kw)
     run = Path(_arg_value([str(a) for a in train_args], "--out")).absolute()
     run.mkdir(parents=True, exist_ok=True)
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text); path.chmod(0o755)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
     return path
 
 def submit(script, *args) -> str:
     "`sbatch --parsable [args] script`; returns the job id."
     import subprocess
-    try: r = subprocess.run(["sbatch", "--parsable", *map(str, args), str(script)], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError: raise ClusterError("sbatch not found: submit from a machine with Slurm's client tools") from None
+    try:
+        r = subprocess.run(["sbatch", "--parsable", *map(str, args), str(script)], capture_output=True, text=True,
+                           timeout=60)
+    except FileNotFoundError:
+        raise ClusterError("sbatch not found: submit from a machine with Slurm's client tools") from None
     if r.returncode != 0: raise ClusterError(f"sbatch {script} failed: {r.stderr.strip() or r.stdout.strip()}")
     return r.stdout.strip().split(";")[0]

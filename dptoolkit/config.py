@@ -53,34 +53,43 @@ def select_config(path_or_dim) -> str:
     return DIM_CONFIGS[dim]
 
 # %% ../nbs/02_config.ipynb #f240d5a9
-_CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"), "training.mixed_precision": ("auto", "no", "bf16", "fp16"),
+_CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
+            "training.mixed_precision": ("auto", "no", "bf16", "fp16"),
             "policy.sampler": ("ddpm", "ddim"), "ddp.backend": ("auto", "nccl", "gloo"),
-            "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"), "policy.prediction_type": ("epsilon", "sample"),
+            "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"),
+            "policy.prediction_type": ("epsilon", "sample"),
             "logging.wandb.mode": ("online", "offline", "disabled"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device"),
-            "training.lr_scheduler": ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial"),
+            "training.lr_scheduler": ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts",
+                                      "polynomial"),
             "policy.beta_schedule": ("squaredcos_cap_v2", "linear", "scaled_linear")}
 _AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
 _AUTO_OR_NUM = ("training.stall_timeout_s",)                           # "auto" or a number of seconds (null: off)
 _TRISTATE = ("training.resume", "training.compile")   # true | false | auto
-# numbers checked before any process starts: key -> (kind, low, high, low inclusive, None allowed); kind int / num / ints
+# numbers checked before any process starts: key -> (kind, low, high, low inclusive, None allowed); kind int / num /
+# ints
 _RANGES = {
     "dataloader.batch_size": ("int", 1, None, True, False), "dataloader.prefetch_factor": ("int", 1, None, True, True),
     "horizon": ("int", 1, None, True, False), "n_obs_steps": ("int", 1, None, True, False),
-    "n_action_steps": ("int", 1, None, True, False), "pad_before": ("int", 0, None, True, True), "pad_after": ("int", 0, None, True, True),
+    "n_action_steps": ("int", 1, None, True, False), "pad_before": ("int", 0, None, True, True),
+           "pad_after": ("int", 0, None, True, True),
     "task.dataset.val_ratio": ("num", 0, 1, True, False), "task.dataset.split_seed": ("int", 0, None, True, True),
     "optimizer.lr": ("num", 0, None, False, False), "optimizer.eps": ("num", 0, None, False, False),
     "optimizer.weight_decay": ("num", 0, None, True, False), "optimizer.betas": ("nums", 0, 1, True, False),
     "training.seed": ("int", 0, None, True, False), "training.num_epochs": ("int", 1, None, True, False),
     "training.max_steps": ("int", 1, None, True, True), "training.lr_warmup_steps": ("int", 0, None, True, False),
-    "training.gradient_accumulate_every": ("int", 1, None, True, False), "training.grad_clip": ("num", 0, None, False, True),
+    "training.gradient_accumulate_every": ("int", 1, None, True, False),
+           "training.grad_clip": ("num", 0, None, False, True),
     "training.grad_spike": ("num", 1, None, False, True), "training.compile_check_rtol": ("num", 0, None, False, True),
     "training.stop_grace_s": ("num", 0, None, False, False), "training.log_every": ("int", 1, None, True, False),
-    "training.checkpoint_every": ("int", 0, None, True, False), "training.keep_checkpoints": ("int", 1, None, True, False),
+    "training.checkpoint_every": ("int", 0, None, True, False),
+           "training.keep_checkpoints": ("int", 1, None, True, False),
     "training.val_every": ("int", 0, None, True, False), "training.stall_timeout_s": ("num", 0, None, False, True),
-    "ema.power": ("num", 0, None, False, False), "ema.min_value": ("num", 0, 1, True, False), "ema.max_value": ("num", 0, 1, False, False),
+    "ema.power": ("num", 0, None, False, False), "ema.min_value": ("num", 0, 1, True, False),
+           "ema.max_value": ("num", 0, 1, False, False),
     "ddp.bucket_cap_mb": ("num", 0, None, False, False), "ddp.timeout_s": ("num", 0, None, False, False),
-    "policy.num_train_timesteps": ("int", 1, None, True, False), "policy.num_inference_steps": ("int", 1, None, True, False),
+    "policy.num_train_timesteps": ("int", 1, None, True, False),
+           "policy.num_inference_steps": ("int", 1, None, True, False),
     "policy.down_dims": ("ints", 1, None, True, False), "policy.kernel_size": ("int", 1, None, True, False),
     "policy.n_groups": ("int", 1, None, True, False), "policy.diffusion_step_embed_dim": ("int", 1, None, True, False)}
 _HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
@@ -134,23 +143,28 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
         key = key.strip()
         if key not in keys:
             near = difflib.get_close_matches(key, keys, n=3)
-            raise ConfigError(f"override {item!r}: unknown config key {key!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+            raise ConfigError(f"override {item!r}: unknown config key {key!r}"
+                              + (f"; did you mean {', '.join(near)}?" if near else ""))
         old = OmegaConf.select(cfg, key)
         if isinstance(old, DictConfig):
-            raise ConfigError(f"override {item!r}: {key} is a section; set one of its keys, e.g. {key}.{next(iter(old))}")
+            raise ConfigError(f"override {item!r}: {key} is a section; set one of its keys, e.g. "
+                              f"{key}.{next(iter(old))}")
         try: new = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError: new = raw
         if key in _AUTO_OR_INT and (new == "auto" or isinstance(new, int) and not isinstance(new, bool)): old = new
         if key in _AUTO_OR_NUM: old = new                # check_config names what it expects
-        if isinstance(old, str) and isinstance(new, (int, float)) and not isinstance(new, bool): new = raw  # names like 123
+        # names like 123
+        if isinstance(old, str) and isinstance(new, (int, float)) and not isinstance(new, bool): new = raw
         if isinstance(old, float) and isinstance(new, str):  # YAML 1.1 reads 2e-4 as a string
             try: new = float(new)
             except ValueError: pass
         if key in _TRISTATE: old = new                  # true | false | auto: check_config names the choices
-        elif isinstance(old, str) and isinstance(new, bool): new = raw.strip()   # YAML 1.1 reads no/off/yes/on as booleans
+        # YAML 1.1 reads no/off/yes/on as booleans
+        elif isinstance(old, str) and isinstance(new, bool): new = raw.strip()
         if not _type_ok(old, new):
-            raise ConfigError(f"override {item!r}: {key} expects {type(old).__name__ if not isinstance(old, ListConfig) else 'list'} "
-                              f"(currently {OmegaConf.to_container(old) if isinstance(old, ListConfig) else old!r}), got {new!r}")
+            raise ConfigError(f"override {item!r}: {key} expects "
+                              f"{type(old).__name__ if not isinstance(old, ListConfig) else 'list'} (currently "
+                              f"{OmegaConf.to_container(old) if isinstance(old, ListConfig) else old!r}), got {new!r}")
         OmegaConf.update(cfg, key, new, merge=False)
     check_config(cfg)
     return cfg
@@ -163,7 +177,8 @@ def check_config(cfg: DictConfig):
             raise ConfigError(f"{key}={v!r}: expected one of {', '.join(choices)}")
     for key in _TRISTATE:
         v = OmegaConf.select(cfg, key)
-        if v is not None and v not in (True, False, "auto"): raise ConfigError(f"{key}={v!r}: expected true, false or auto")
+        if v is not None and v not in (True, False, "auto"):
+            raise ConfigError(f"{key}={v!r}: expected true, false or auto")
     for key in _AUTO_OR_INT:
         v = OmegaConf.select(cfg, key)
         if v is not None and v != "auto" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
@@ -176,7 +191,8 @@ def check_config(cfg: DictConfig):
         if not str(name).startswith("SIG") or not isinstance(getattr(signal, str(name), None), signal.Signals):
             raise ConfigError(f"training.stop_signals: {name!r} is not a signal name (e.g. SIGTERM, SIGUSR1)")
     if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
-        raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed horizon={cfg.horizon}")
+        raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed "
+                          f"horizon={cfg.horizon}")
 
 # %% ../nbs/02_config.ipynb #b9e3d549
 def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
@@ -187,7 +203,8 @@ def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
     else:
         p = config_dir() / f"{name_or_path}.yaml"
         if not p.exists():
-            raise ConfigError(f"no packaged config {name_or_path!r}; packaged: {', '.join(available_configs())} (or pass a YAML path)")
+            raise ConfigError(f"no packaged config {name_or_path!r}; packaged: {', '.join(available_configs())} (or "
+                              "pass a YAML path)")
     try: cfg = OmegaConf.create(yaml.safe_load(p.read_text()))
     except yaml.YAMLError as e: raise ConfigError(f"{p}: not valid YAML ({e})") from None
     if not isinstance(cfg, DictConfig): raise ConfigError(f"{p}: a config must be a YAML mapping")
@@ -203,8 +220,8 @@ def store_cameras(info) -> dict:
         shape = tuple(int(v) for v in a.shape[1:])
         if a.dtype != "uint8" or shape[0] != 3:
             hint = " (channels last: store frames as (T, 3, H, W))" if shape[-1] == 3 and shape[0] != 3 else ""
-            raise ConfigError(f"{info.path}: data/{k} is {a.dtype} {list(a.shape)}{hint}; a camera must be uint8 (T, 3, H, W) "
-                              f"RGB, as RoboTwin stores head_camera")
+            raise ConfigError(f"{info.path}: data/{k} is {a.dtype} {list(a.shape)}{hint}; a camera must be uint8 (T, "
+                              f"3, H, W) RGB, as RoboTwin stores head_camera")
         cams[k] = shape
     return cams
 
@@ -218,7 +235,8 @@ def for_store(path, overrides=(), name=None) -> DictConfig:
     ds = cfg.task.dataset
     if not any(str(o).split("=")[0].strip() == "task.dataset.obs_keys" for o in overrides):
         cams = store_cameras(info)
-        low = [k for k in ("state",) if k in info.arrays] or [k for k in ds.obs_keys if k in info.arrays and len(info.arrays[k].shape) == 2]
+        low = [k for k in ("state",) if k in info.arrays] or [k for k in ds.obs_keys if k in info.arrays
+                                                              and len(info.arrays[k].shape) == 2]
         ds.obs_keys = sorted(cams) + low
     for k in [*ds.obs_keys, ds.action_key]:
         if k not in info.arrays:
@@ -226,11 +244,19 @@ def for_store(path, overrides=(), name=None) -> DictConfig:
     shapes = {}
     for k in ds.obs_keys:
         a = info.arrays[k]
-        if len(a.shape) == 4: shapes[k] = list(store_cameras(info)[k]) if k in store_cameras(info) else list(a.shape[1:])
+        if len(a.shape) == 4:
+            shapes[k] = list(store_cameras(info)[k]) if k in store_cameras(info) else list(a.shape[1:])
         elif len(a.shape) == 2: shapes[k] = [int(a.shape[1])]
-        else: raise ConfigError(f"{path}: data/{k} has shape {list(a.shape)}; an observation is (T, D) low-dim or (T, 3, H, W) uint8 camera")
+        else:
+            raise ConfigError(f"{path}: data/{k} has shape {list(a.shape)}; an observation is (T, D) low-dim or (T, 3, "
+                              "H, W) uint8 camera")
     adim = info.arrays[ds.action_key].shape[1]
-    if name and "action_dim" in cfg.shape_meta and cfg.shape_meta.action_dim != adim and cfg.name.startswith("robot_dp"):
+    if (
+        name
+        and "action_dim" in cfg.shape_meta
+        and cfg.shape_meta.action_dim != adim
+        and cfg.name.startswith("robot_dp")
+    ):
         raise ConfigError(f"{path}: action dimension {adim} but config {cfg.name} is for {cfg.shape_meta.action_dim}; "
                           f"use {select_config(path) if adim in DIM_CONFIGS else 'a config with the right shape_meta'}")
     cfg.task.dataset.zarr_path = str(Path(path).resolve())
@@ -258,20 +284,22 @@ class Plan:
     def table(self) -> pd.DataFrame:
         return pd.DataFrame({"value": {k: v for k, v in asdict(self).items()}})
     def __str__(self):
-        return (f"world size {self.world_size}: {self.per_device_batch}/device × {self.world_size} × accum {self.grad_accum} "
-                f"= effective batch {self.effective_batch}; lr {self.base_lr:g} × {self.lr_factor:g} ({self.lr_scaling}) = {self.lr:g}")
+        return (f"world size {self.world_size}: {self.per_device_batch}/device × {self.world_size} × accum "
+                f"{self.grad_accum} = effective batch {self.effective_batch}; lr {self.base_lr:g} × {self.lr_factor:g} "
+                f"({self.lr_scaling}) = {self.lr:g}")
     def _repr_html_(self): return self.table().to_html()
 
 def plan(cfg: DictConfig, world_size: int) -> Plan:
     "Per-device batch, accumulation, effective batch and scaled LR of `cfg` on `world_size` processes."
-    if not isinstance(world_size, int) or world_size < 1: raise ConfigError(f"world_size={world_size!r}: must be an integer ≥ 1")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ConfigError(f"world_size={world_size!r}: must be an integer ≥ 1")
     bs, accum = int(cfg.dataloader.batch_size), int(cfg.training.gradient_accumulate_every)
     keep, rule = bool(cfg.scaling.keep_effective_batch_size), str(cfg.scaling.lr_scaling)
     if keep:
         if bs % world_size:
             lo, hi = bs - bs % world_size, bs - bs % world_size + world_size
-            raise ConfigError(f"global batch {bs} is not divisible by world size {world_size}: use dataloader.batch_size="
-                              f"{lo or hi} or {hi}, or scaling.keep_effective_batch_size=false")
+            raise ConfigError(f"global batch {bs} is not divisible by world size {world_size}: use "
+                              f"dataloader.batch_size={lo or hi} or {hi}, or scaling.keep_effective_batch_size=false")
         per = bs // world_size
         if per == 0:
             raise ConfigError(f"global batch {bs} over {world_size} processes leaves 0 samples per device")
@@ -300,7 +328,8 @@ def _visible_gpus() -> int:
 def _parse_ids(gpu_ids) -> list:
     if isinstance(gpu_ids, str):
         try: return [int(x) for x in gpu_ids.replace(" ", "").split(",") if x != ""]
-        except ValueError: raise ConfigError(f"gpu_ids={gpu_ids!r}: expected comma-separated integers like 0,2") from None
+        except ValueError:
+            raise ConfigError(f"gpu_ids={gpu_ids!r}: expected comma-separated integers like 0,2") from None
     return [int(x) for x in gpu_ids]
 
 def resolve_devices(num_gpus=None, gpu_ids=None, *, visible=None) -> Devices:
@@ -324,7 +353,8 @@ def resolve_devices(num_gpus=None, gpu_ids=None, *, visible=None) -> Devices:
         if k > n: raise ConfigError(f"num_gpus={k} asked for, but only {n} GPU(s) visible{seen}")
         return Devices("cuda", list(range(k)), k, "nccl")
     k = num_gpus or 1
-    return Devices("cpu", [], k, "gloo", f"no CUDA GPU visible{seen}: running {k} CPU process{'es' if k > 1 else ''} with gloo")
+    return Devices("cpu", [], k, "gloo",
+                   f"no CUDA GPU visible{seen}: running {k} CPU process{'es' if k > 1 else ''} with gloo")
 
 # %% ../nbs/02_config.ipynb #5282a349
 class ConfigForm:
@@ -335,9 +365,11 @@ class ConfigForm:
         self.info = describe(store_path)
         n_gpu = _visible_gpus() if visible is None else visible
         self.n_gpu = n_gpu
-        self.config = W.Dropdown(options=available_configs(), value=select_config(store_path) if self.info.action_dim in DIM_CONFIGS else "test",
+        self.config = W.Dropdown(options=available_configs(),
+                                 value=select_config(store_path) if self.info.action_dim in DIM_CONFIGS else "test",
                                  description="config")
-        self.world = W.BoundedIntText(value=max(1, min(2, n_gpu or 2)), min=1, max=max(64, n_gpu), description="processes")
+        self.world = W.BoundedIntText(value=max(1, min(2, n_gpu or 2)), min=1, max=max(64, n_gpu),
+                                      description="processes")
         self.gpus = W.SelectMultiple(options=list(range(n_gpu)), value=tuple(range(n_gpu)), description="GPUs",
                                      layout=W.Layout(display="" if n_gpu else "none"))
         self.batch = W.BoundedIntText(value=128, min=1, max=1 << 20, description="batch")
@@ -355,7 +387,8 @@ class ConfigForm:
         dims = f"<b>{Path(str(store_path)).name}</b>: {self.info.episodes} episodes, {self.info.steps} steps, " \
                f"action dim {self.info.action_dim}, keys {', '.join(self.info.keys)}"
         gpu_note = f"{n_gpu} GPU(s) visible" if n_gpu else "no GPU visible: CPU processes with gloo"
-        self.widget = W.VBox([W.HTML(dims + f"<br>{gpu_note}"), self.config, self.world, self.gpus, self.batch, self.keep,
+        self.widget = W.VBox([W.HTML(dims + f"<br>{gpu_note}"), self.config, self.world, self.gpus, self.batch,
+                              self.keep,
                               self.scaling, self.accum, self.lr, self.out, self.button])
         self.refresh()
 
@@ -369,7 +402,8 @@ class ConfigForm:
     def world_size(self): return len(self.gpus.value) if self.n_gpu else self.world.value
 
     def overrides(self) -> list:
-        return [f"dataloader.batch_size={self.batch.value}", f"scaling.keep_effective_batch_size={str(self.keep.value).lower()}",
+        return [f"dataloader.batch_size={self.batch.value}",
+                f"scaling.keep_effective_batch_size={str(self.keep.value).lower()}",
                 f"scaling.lr_scaling={self.scaling.value}", f"training.gradient_accumulate_every={self.accum.value}",
                 f"optimizer.lr={self.lr.value}"]
 
@@ -379,9 +413,13 @@ class ConfigForm:
     def refresh(self):
         try:
             p = self.plan()
-            self.out.value = p.table().to_html(); self.button.disabled = False; self.error = None
+            self.out.value = p.table().to_html()
+            self.button.disabled = False
+            self.error = None
         except (ConfigError, ValueError) as e:
-            self.out.value = f"<span style='color:#b00'>{e}</span>"; self.button.disabled = True; self.error = str(e)
+            self.out.value = f"<span style='color:#b00'>{e}</span>"
+            self.button.disabled = True
+            self.error = str(e)
 
     def submit(self):
         self.refresh()

@@ -46,23 +46,26 @@ def window_steps(rows: np.ndarray, horizon: int) -> np.ndarray:
 STORAGES = ("auto", "mmap", "memory", "chunks", "device")
 
 def resolve_storage(storage: str, nbytes: int, cache_dir=None, small_bytes: int = 256 << 20) -> tuple:
-    """(mode, note) for `storage="auto"`: `memory` for data under `small_bytes` (a private copy per rank is cheaper than a
-    cache entry), else `mmap` where the cache folder is writable, else `chunks` with a one-line note."""
+    """(mode, note) for `storage="auto"`: `memory` for data under `small_bytes` (a private copy per rank is cheaper than
+    a cache entry), else `mmap` where the cache folder is writable, else `chunks` with a one-line note."""
     if storage not in STORAGES: raise ValueError(f"storage={storage!r}: expected one of {', '.join(STORAGES)}")
     if storage != "auto": return storage, ""
     if nbytes <= small_bytes: return "memory", ""
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     if os.access(existing_parent(folder), os.W_OK): return "mmap", ""
-    return "chunks", (f"storage auto: the cache folder {folder} is not writable, reading compressed chunks (slow for camera "
-                      "data; set task.dataset.cache_dir or $DPT_CACHE_DIR)")
+    return "chunks", (f"storage auto: the cache folder {folder} is not writable, reading compressed chunks (slow for "
+                      "camera data; set task.dataset.cache_dir or $DPT_CACHE_DIR)")
 
 def shard_episodes(lengths, world: int) -> list:
     """A fixed split of episodes over `world` ranks, balanced by steps: longest first, each to the lightest rank (the
     heaviest and lightest shard differ by at most one episode's length). Returns one sorted index array per rank."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    load = np.zeros(world, np.int64); parts = [[] for _ in range(world)]
+    load = np.zeros(world, np.int64)
+    parts = [[] for _ in range(world)]
     for i in np.argsort(-lengths, kind="stable"):
-        r = int(np.argmin(load)); parts[r].append(int(i)); load[r] += lengths[i]
+        r = int(np.argmin(load))
+        parts[r].append(int(i))
+        load[r] += lengths[i]
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 # %% ../nbs/03_dataset.ipynb #42ae0c4a
@@ -87,9 +90,10 @@ class _Buffers:
 class SequenceDataset(torch.utils.data.Dataset):
     """Windows of `horizon` steps over a store: `{'obs': {key: (n_obs_steps, ...)}, 'action': (horizon, action_dim)}`.
 
-    `storage` says where the rows come from: `memory` (a private decoded copy), `mmap` (the machine's decoded cache, shared
-    by every process), `chunks` (compressed zarr chunks through a small LRU cache), `device` (as `mmap`/`memory` until
-    `shard(rank, world, device)` moves a rank's share of the episodes onto its device), or `auto` (`resolve_storage`)."""
+    `storage` says where the rows come from: `memory` (a private decoded copy), `mmap` (the machine's decoded cache,
+    shared by every process), `chunks` (compressed zarr chunks through a small LRU cache), `device` (as `mmap`/`memory`
+    until `shard(rank, world, device)` moves a rank's share of the episodes onto its device), or `auto`
+    (`resolve_storage`)."""
     small_bytes = 256 << 20
 
     def __init__(self, store, horizon: int = 8, n_obs_steps: int = 2, pad_before: int = 0, pad_after: int = 0,
@@ -105,7 +109,9 @@ class SequenceDataset(torch.utils.data.Dataset):
         g = open_store(store)
         self.ends = np.asarray(g["meta/episode_ends"][:], dtype=np.int64)
         meta = dict(g["meta"].arrays())
-        self.episode_task = np.asarray(meta["episode_task"][:]) if "episode_task" in meta else np.zeros(len(self.ends), np.int64)
+        self.episode_task = (
+            np.asarray(meta["episode_task"][:]) if "episode_task" in meta else np.zeros(len(self.ends), np.int64)
+        )
         self.task_names = info.task_names or [Path(self.path).name.removesuffix(".zarr")]
         if episodes is None: episodes = np.arange(len(self.ends))
         if tasks is not None:
@@ -119,9 +125,9 @@ class SequenceDataset(torch.utils.data.Dataset):
         need = self.horizon - min(max(pad_before, 0), self.horizon - 1) - min(max(pad_after, 0), self.horizon - 1)
         self.skipped = int((lens < need).sum())      # episodes too short for one window (the banner reports them)
         if len(self.episodes) and not len(self.rows):
-            raise StoreError(f"{store}: no episode is long enough for a window: windows need at least {need} steps (horizon "
-                             f"{self.horizon}, pad_before {pad_before}, pad_after {pad_after}); the longest of the "
-                             f"{len(self.episodes)} episode(s) has {int(lens.max())}")
+            raise StoreError(f"{store}: no episode is long enough for a window: windows need at least {need} steps "
+                             f"(horizon {self.horizon}, pad_before {pad_before}, pad_after {pad_after}); the longest "
+                             f"of the {len(self.episodes)} episode(s) has {int(lens.max())}")
         needed = self.keys + [action_key]
         self.nbytes = sum(info.arrays[k].nbytes for k in needed)
         self.shapes = {k: tuple(info.arrays[k].shape[1:]) for k in needed}
@@ -129,7 +135,11 @@ class SequenceDataset(torch.utils.data.Dataset):
         self.storage, self.note = resolve_storage(storage, self.nbytes, cache_dir, self.small_bytes)
         self.cache_dir, self.cache, self.device, self.pin, self.populating = cache_dir, None, None, False, None
         self._buffers = _Buffers()
-        host = self.storage if self.storage != "device" else resolve_storage("auto", self.nbytes, cache_dir, self.small_bytes)[0]
+        host = (
+            self.storage
+            if self.storage != "device"
+            else resolve_storage("auto", self.nbytes, cache_dir, self.small_bytes)[0]
+        )
         self._open(host, needed, progress)
         # a NaN in the data would poison the normalizer and every loss: checked on the decoded rows where there are some
         check_finite(self.path, needed, None if isinstance(self._src, ChunkCache) else self._src)
@@ -142,7 +152,8 @@ class SequenceDataset(torch.utils.data.Dataset):
         self.host = host
         if host == "memory":
             g = open_store(self.path)
-            self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0, g[f"data/{k}"].shape[0])) for k in needed}
+            self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0,
+                                                       g[f"data/{k}"].shape[0])) for k in needed}
         elif host == "mmap":
             self.cache = DecodedCache(self.path, self.cache_dir).build(needed, progress=progress)
             self._src = {k: self.cache.open(k) for k in needed}
@@ -170,8 +181,12 @@ class SequenceDataset(torch.utils.data.Dataset):
         4x the gather itself in page faults). `mode="clip"` lets `take` write straight into `out` (the default
         mode buffers it); the indices are in range by construction."""
         shape = t.shape + self.shapes[key]
-        if self.pin: out = torch.empty(shape, dtype=_torch_dtype(self.dtypes[key]), pin_memory=True); view = out.numpy()
-        else: view = self._buffers.get(shape, self.dtypes[key]); out = torch.from_numpy(view)
+        if self.pin:
+            out = torch.empty(shape, dtype=_torch_dtype(self.dtypes[key]), pin_memory=True)
+            view = out.numpy()
+        else:
+            view = self._buffers.get(shape, self.dtypes[key])
+            out = torch.from_numpy(view)
         view = view.reshape((-1,) + self.shapes[key])
         if isinstance(self._src, ChunkCache): view[...] = self._src.take(key, t.reshape(-1))
         else: np.take(self._src[key], t.reshape(-1), axis=0, out=view, mode="clip")
@@ -208,9 +223,12 @@ class SequenceDataset(torch.utils.data.Dataset):
         return self.subset(np.sort(eps[n_val:])), self.subset(np.sort(eps[:n_val]))
 
     def __repr__(self):
-        where = {"memory": "in memory", "mmap": "decoded cache (mmap)", "chunks": "compressed chunks", "device": f"device shard on {self.device}"}
-        return (f"SequenceDataset({Path(self.path).name}: {len(self)} windows of {self.horizon} from {len(self.episodes)} episodes, "
-                f"keys {self.keys}, {where['device' if self.device is not None else self.host]}" + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
+        where = {"memory": "in memory", "mmap": "decoded cache (mmap)", "chunks": "compressed chunks",
+                 "device": f"device shard on {self.device}"}
+        return (f"SequenceDataset({Path(self.path).name}: {len(self)} windows of {self.horizon} from "
+                f"{len(self.episodes)} episodes, keys {self.keys}, "
+                f"{where['device' if self.device is not None else self.host]}"
+                + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
 
 # %% ../nbs/03_dataset.ipynb #a10f9a60
 def shard_bytes(ds: SequenceDataset, episodes) -> int:
@@ -233,8 +251,9 @@ def _shard(self: SequenceDataset, rank: int, world: int, device="cpu", max_fract
     mine = self.episodes[parts[rank]]
     need, free = shard_bytes(self, mine), _free_bytes(device)
     if need > max_fraction * free:
-        raise DataError(f"{self.path}: rank {rank}'s shard ({len(mine)} of {len(self.episodes)} episodes over {world} ranks) needs "
-                        f"{_fmt_bytes(need)} on {device}, over {max_fraction:.0%} of its {_fmt_bytes(free)} free; use more ranks, "
+        raise DataError(f"{self.path}: rank {rank}'s shard ({len(mine)} of {len(self.episodes)} episodes over {world} "
+                        f"ranks) needs {_fmt_bytes(need)} on {device}, over {max_fraction:.0%} of its "
+                        f"{_fmt_bytes(free)} free; use more ranks, "
                         "task.dataset.storage=mmap, or fewer tasks")
     new = self.subset(mine)
     lens = self.lengths[mine]
@@ -253,7 +272,8 @@ def _shard(self: SequenceDataset, rank: int, world: int, device="cpu", max_fract
         new._dev[k] = t
     new._dev_rows = torch.as_tensor(new.rows, device=device)
     new._steps = torch.arange(self.horizon, device=device)
-    new.device, new.shard_info = device, dict(rank=rank, world=world, episodes=len(mine), steps=int(lens.sum()), bytes=need)
+    new.device, new.shard_info = device, dict(rank=rank, world=world, episodes=len(mine), steps=int(lens.sum()),
+                                              bytes=need)
     new._src = None                                                            # no host reads once resident
     return new
 
@@ -264,7 +284,8 @@ def _gather_device(self: SequenceDataset, idx):
     t = torch.minimum(torch.maximum(r[:, :1] + self._steps, r[:, 1:2]), r[:, 2:3] - 1)
     B, n = len(r), self.n_obs_steps
     obs = {k: self._dev[k][t[:, :n].reshape(-1)].view((B, n) + self.shapes[k]) for k in self.keys}
-    return {"obs": obs, "action": self._dev[self.action_key][t.reshape(-1)].view((B, self.horizon) + self.shapes[self.action_key])}
+    return {"obs": obs,
+            "action": self._dev[self.action_key][t.reshape(-1)].view((B, self.horizon) + self.shapes[self.action_key])}
 
 SequenceDataset.shard, SequenceDataset._gather_device = _shard, _gather_device
 
@@ -284,12 +305,14 @@ class _Failed:
 
 def prefetch(batches, depth: int = 2):
     """Iterate `batches` (a generator of work) in a background thread, `depth` items ahead. The gathers release the GIL
-    (numpy `take`, page faults on memory maps), so the next batch is read while the model computes. Stops its thread when
-    the consumer stops early; an exception in the thread is raised in the consumer."""
+    (numpy `take`, page faults on memory maps), so the next batch is read while the model computes. Stops its thread
+    when the consumer stops early; an exception in the thread is raised in the consumer."""
     q, stop, end = queue.Queue(maxsize=max(1, depth)), threading.Event(), object()
     def put(x):
         while not stop.is_set():
-            try: q.put(x, timeout=0.1); return True
+            try:
+                q.put(x, timeout=0.1)
+                return True
             except queue.Full: pass
         return False
     def work():
@@ -298,7 +321,8 @@ def prefetch(batches, depth: int = 2):
                 if not put(b): return
             put(end)
         except BaseException as e: put(_Failed(e))
-    th = threading.Thread(target=work, daemon=True, name="dpt-prefetch"); th.start()
+    th = threading.Thread(target=work, daemon=True, name="dpt-prefetch")
+    th.start()
     try:
         while True:
             x = q.get()
@@ -318,7 +342,8 @@ class RankLoader:
     - otherwise: a `ResumableSampler` (a global shuffle split over the ranks, as `DistributedSampler`), read by
       `num_workers` DataLoader worker processes, or with `num_workers=0` by one prefetch thread in the rank."""
     def __init__(self, ds: SequenceDataset, batch_size: int, rank: int = 0, world: int = 1, seed: int = 0, *,
-                 num_workers: int = 0, prefetch_factor: int = 2, pin_memory: bool = False, persistent_workers: bool = True,
+                 num_workers: int = 0, prefetch_factor: int = 2, pin_memory: bool = False,
+                 persistent_workers: bool = True,
                  batches_per_epoch: int | None = None):
         self.ds, self.batch_size, self.rank, self.world, self.seed = ds, int(batch_size), rank, world, seed
         self.num_workers, self.prefetch_factor, self.epoch, self.skip_batches = int(num_workers), prefetch_factor, 0, 0
@@ -343,7 +368,8 @@ class RankLoader:
         "Start `epoch` after its first `skip_batches` batches (a resumed run continues mid-epoch)."
         self.epoch, self.skip_batches = int(epoch), int(skip_batches)
         if self.sampler is not None:
-            self.sampler.set_epoch(epoch); self.sampler.skip = self.skip_batches * self.batch_size
+            self.sampler.set_epoch(epoch)
+            self.sampler.skip = self.skip_batches * self.batch_size
 
     def _index_batches(self):
         if self.ds.device is not None:
@@ -362,8 +388,12 @@ class RankLoader:
         return prefetch((self.ds.__getitems__(i) for i in self._index_batches()), self.prefetch_factor or 1)
 
     def __repr__(self):
-        how = ("device gathers" if self.ds.device is not None else f"{self.num_workers} workers" if self.num_workers else "prefetch thread")
-        return f"RankLoader(rank {self.rank}/{self.world}, {self.batches} batches of {self.batch_size}/epoch, {self.ds.storage}, {how})"
+        how = ("device gathers" if self.ds.device is not None else f"{self.num_workers} workers" if self.num_workers
+               else "prefetch thread")
+        return (
+            f"RankLoader(rank {self.rank}/{self.world}, {self.batches} batches of {self.batch_size}/epoch,"
+            f" {self.ds.storage}, {how})"
+        )
 
 # %% ../nbs/03_dataset.ipynb #dc80f140
 def _needed(cfg) -> list: return list(cfg.task.dataset.obs_keys) + [cfg.task.dataset.action_key]
@@ -377,17 +407,20 @@ def config_storage(cfg) -> str:
     return storage
 
 def num_workers_for(num_workers, storage: str) -> int:
-    "`dataloader.num_workers: auto` → 2 worker processes for `chunks` (decoding is CPU work), 0 otherwise (a prefetch thread)."
+    """`dataloader.num_workers: auto` → 2 worker processes for `chunks` (decoding is CPU work), 0 otherwise (a prefetch
+    thread)."""
     if num_workers in ("auto", None): return 2 if storage == "chunks" else 0
     return int(num_workers)
 
 def prepare_cache(cfg, progress: bool = True):
-    "Build the decoded cache a run will use (storage `mmap`, or `device` read through it) before ranks start; `None` if none is used."
+    """Build the decoded cache a run will use (storage `mmap`, or `device` read through it) before ranks start; `None`
+    if none is used."""
     D = cfg.task.dataset
     if not D.zarr_path: return None
     info = describe(D.zarr_path)
     storage, nbytes = config_storage(cfg), sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
-    mode = resolve_storage(storage if storage != "device" else "auto", nbytes, D.get("cache_dir"), SequenceDataset.small_bytes)[0]
+    mode = resolve_storage(storage if storage != "device" else "auto", nbytes, D.get("cache_dir"),
+                           SequenceDataset.small_bytes)[0]
     if mode != "mmap": return None
     return DecodedCache(D.zarr_path, D.get("cache_dir")).build(_needed(cfg), progress=progress)
 
@@ -400,7 +433,8 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
     if not D.zarr_path: raise DataError("task.dataset.zarr_path is not set (dpt train --data PATH)")
     device = torch.device(device)
     local = int(os.environ.get("LOCAL_RANK", rank))
-    ds = SequenceDataset(D.zarr_path, cfg.horizon, cfg.n_obs_steps, cfg.pad_before, cfg.pad_after, keys=list(D.obs_keys),
+    ds = SequenceDataset(D.zarr_path, cfg.horizon, cfg.n_obs_steps, cfg.pad_before, cfg.pad_after,
+                         keys=list(D.obs_keys),
                          action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, storage=config_storage(cfg),
                          cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress)
     train, val = ds.split(D.val_ratio, D.split_seed)
@@ -408,11 +442,13 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
     seed = int(cfg.training.seed)
     if ds.storage == "device":
         parts = shard_episodes(train.lengths[train.episodes], world)
-        windows = [len(window_table(train.ends, cfg.horizon, cfg.pad_before, cfg.pad_after, train.episodes[p])) for p in parts]
+        windows = [len(window_table(train.ends, cfg.horizon, cfg.pad_before, cfg.pad_after,
+                                    train.episodes[p])) for p in parts]
         loader = RankLoader(train.shard(rank, world, device), B, rank, world, seed, batches_per_epoch=min(windows) // B)
     else:
         loader = RankLoader(train, B, rank, world, seed, num_workers=num_workers_for(L.num_workers, ds.storage),
-                            prefetch_factor=int(L.prefetch_factor or 2), pin_memory=bool(L.pin_memory) and device.type == "cuda",
+                            prefetch_factor=int(L.prefetch_factor or 2),
+                            pin_memory=bool(L.pin_memory) and device.type == "cuda",
                             persistent_workers=bool(L.persistent_workers))
     loader.dataset, loader.train, loader.val = ds, train, val
     return loader

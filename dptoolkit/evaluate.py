@@ -34,7 +34,8 @@ def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
     where = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
     ck = load_checkpoint(where)
     use_ema = ema and ck["ema"] is not None
-    policy = policy_from_weights(cfg, ck["ema"] if use_ema else ck["model"], where / ("ema.safetensors" if use_ema else "model.safetensors"))
+    policy = policy_from_weights(cfg, ck["ema"] if use_ema else ck["model"],
+                                 where / ("ema.safetensors" if use_ema else "model.safetensors"))
     policy.checkpoint = f"{where} ({'EMA' if use_ema else 'online'} weights)"
     return policy.to(device).eval(), cfg
 
@@ -42,7 +43,7 @@ def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
 @dataclass
 class EvalResult:
     "What `evaluate` measured: overall and per-dimension MSE/MAE of the policy and the baselines, and the arrays."
-    metrics: pd.DataFrame        # rows policy / hold / mean; columns mse, mae (data units, averaged over dims and steps)
+    metrics: pd.DataFrame   # rows policy / hold / mean; columns mse, mae (data units, averaged over dims and steps)
     per_dim: pd.DataFrame        # one row per action dimension; columns <predictor>_mse, <predictor>_mae
     pred: np.ndarray             # (N, n_action_steps, D) sampled actions
     true: np.ndarray             # (N, n_action_steps, D) the demonstrator's actions
@@ -56,7 +57,8 @@ class EvalResult:
         "JSON-ready: overall and per-dimension metrics plus the settings (`dpt eval --json`)."
         clean = lambda v: None if v is None or (isinstance(v, float) and not np.isfinite(v)) else v
         return dict(info=self.info,
-                    overall={p: {m: clean(float(v)) for m, v in r.items()} for p, r in self.metrics.to_dict("index").items()},
+                    overall={p: {m: clean(float(v)) for m, v in r.items()} for p,
+                             r in self.metrics.to_dict("index").items()},
                     per_dim={c: [clean(float(v)) for v in self.per_dim[c]] for c in self.per_dim.columns})
 
     def summary(self) -> str:
@@ -73,7 +75,8 @@ class EvalResult:
     def _repr_html_(self):
         "In a notebook: the info line and the metrics table as HTML (ratios to the baselines beside the policy's row)."
         t = self.metrics.copy()
-        for b in ("hold", "mean"): t[f"mse / {b}"] = [t.loc["policy", "mse"] / t.loc[b, "mse"] if r == "policy" else None for r in t.index]
+        for b in ("hold", "mean"):
+            t[f"mse / {b}"] = [t.loc["policy", "mse"] / t.loc[b, "mse"] if r == "policy" else None for r in t.index]
         return f"<p>{self.summary().splitlines()[0]}</p>" + t.to_html(float_format=lambda v: f"{v:.4g}", na_rep="")
 
     def plot(self, episodes: int = 2, dims=(0, 1, 2), ax=None):
@@ -81,8 +84,11 @@ class EvalResult:
         import matplotlib.pyplot as plt
         eps = list(dict.fromkeys(self.episode.tolist()))[:episodes]
         dims = [d for d in dims if d < self.true.shape[-1]]
-        if ax is None: fig, ax = plt.subplots(len(eps), len(dims), figsize=(3.2 * len(dims), 2.2 * len(eps)), squeeze=False)
-        else: fig = ax.flat[0].figure; ax = np.asarray(ax).reshape(len(eps), len(dims))
+        if ax is None:
+            fig, ax = plt.subplots(len(eps), len(dims), figsize=(3.2 * len(dims), 2.2 * len(eps)), squeeze=False)
+        else:
+            fig = ax.flat[0].figure
+            ax = np.asarray(ax).reshape(len(eps), len(dims))
         for i, e in enumerate(eps):
             w = self.episode == e
             t, m = self.step[w].reshape(-1), self.mask[w].reshape(-1)
@@ -91,11 +97,15 @@ class EvalResult:
                 a.plot(t[m], self.true[w][..., d].reshape(-1)[m], color="k", lw=1.5, label="true")
                 for k in range(w.sum()):                       # one line per predicted chunk
                     mk = self.mask[w][k]
-                    a.plot(self.step[w][k][mk], self.pred[w][k, :, d][mk], color="C1", lw=1.2, label="policy" if k == 0 else None)
+                    a.plot(self.step[w][k][mk], self.pred[w][k, :, d][mk], color="C1", lw=1.2,
+                           label="policy" if k == 0 else None)
                 if "hold" in self.baselines:
-                    a.plot(t[m], self.baselines["hold"][w][..., d].reshape(-1)[m], color="C0", lw=0.8, ls=":", label="hold")
-                a.set_title(f"episode {e}, action[{d}]", fontsize=9); a.tick_params(labelsize=7)
-        ax[0, 0].legend(fontsize=7); fig.tight_layout()
+                    a.plot(t[m], self.baselines["hold"][w][..., d].reshape(-1)[m], color="C0", lw=0.8, ls=":",
+                           label="hold")
+                a.set_title(f"episode {e}, action[{d}]", fontsize=9)
+                a.tick_params(labelsize=7)
+        ax[0, 0].legend(fontsize=7)
+        fig.tight_layout()
         return fig
 
 # %% ../nbs/12_evaluate.ipynb #9571cc2d
@@ -135,7 +145,8 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
         policy, cfg = run.to(device).eval(), None
         if store is None: raise EvalError("evaluating a policy object needs store= (a replay-buffer zarr store)")
         split = split or "all"
-        if split != "all": raise EvalError(f"split={split!r}: a policy object carries no train/val split; use split='all'")
+        if split != "all":
+            raise EvalError(f"split={split!r}: a policy object carries no train/val split; use split='all'")
         keys, action_key = policy.low_dim_keys + policy.image_keys, "action"
         pads = (policy.n_obs_steps - 1, policy.n_action_steps - 1)
         run_name = type(policy).__name__
@@ -156,11 +167,14 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     ds = SequenceDataset(store, policy.horizon, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
                          storage=storage, cache_dir=cache_dir)
     adim = ds.shapes[action_key][0]
-    if adim != policy.action_dim: raise EvalError(f"{store}: data/{action_key} has {adim} dims, the policy predicts {policy.action_dim}")
-    train_ds, val_ds = ds.split(cfg.task.dataset.val_ratio, cfg.task.dataset.split_seed) if cfg is not None else (ds, ds)
+    if adim != policy.action_dim:
+        raise EvalError(f"{store}: data/{action_key} has {adim} dims, the policy predicts {policy.action_dim}")
+    train_ds, val_ds = ds.split(cfg.task.dataset.val_ratio,
+                                cfg.task.dataset.split_seed) if cfg is not None else (ds, ds)
     eval_ds = {"val": val_ds, "train": train_ds, "all": ds}[split]
     if len(eval_ds) == 0:
-        raise EvalError(f"{store}: the {split} split has no windows (task.dataset.val_ratio={cfg.task.dataset.val_ratio}); "
+        raise EvalError(f"{store}: the {split} split has no windows "
+                        f"(task.dataset.val_ratio={cfg.task.dataset.val_ratio}); "
                         "evaluate split='train' or 'all', or pass another store")
     idx = _windows(eval_ds, policy.n_action_steps, max_windows)
     rows = eval_ds.rows[idx]
@@ -169,12 +183,16 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     exec_t = rows[:, :1] + np.arange(To - 1, To - 1 + Ta)[None]            # unclipped: the steps the chunk stands for
     mask = exec_t < rows[:, 2:3]
     # baselines: the training episodes' mean action; the current joint state held
-    tr_steps = np.concatenate([np.arange(0 if e == 0 else train_ds.ends[e - 1], train_ds.ends[e]) for e in train_ds.episodes])
-    mean_action = train_ds._take(action_key, tr_steps).astype(np.float64).mean(0)   # the dataset's reader: damaged chunks named
+    tr_steps = np.concatenate([np.arange(0 if e == 0 else train_ds.ends[e - 1],
+                                         train_ds.ends[e]) for e in train_ds.episodes])
+    # the dataset's reader: damaged chunks named
+    mean_action = train_ds._take(action_key, tr_steps).astype(np.float64).mean(0)
     # sample
     sched, n_steps, sampler = _sampler(policy, sampler, steps)
-    old = policy.sample_scheduler; policy.sample_scheduler = sched
-    gen = torch.Generator(device=device); gen.manual_seed(seed)
+    old = policy.sample_scheduler
+    policy.sample_scheduler = sched
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
     preds, trues, holds = [], [], []
     hk = _hold_key(policy, eval_ds, adim)
     from tqdm.auto import tqdm
@@ -194,12 +212,14 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     for name, p in [("policy", pred), *[(b, base[b]) for b in ("hold", "mean") if b in base]]:
         err = (p - true)[mask]                                            # (scored steps, D)
         table[name] = dict(mse=float((err ** 2).mean()), mae=float(np.abs(err).mean()))
-        per_dim[f"{name}_mse"] = (err ** 2).mean(0); per_dim[f"{name}_mae"] = np.abs(err).mean(0)
+        per_dim[f"{name}_mse"] = (err ** 2).mean(0)
+        per_dim[f"{name}_mae"] = np.abs(err).mean(0)
     episode = _episode_of(rows, eval_ds)
     info = dict(run=run_name, checkpoint=getattr(policy, "checkpoint", None), store=str(store), split=split,
                 windows=int(len(idx)), scored_steps=int(mask.sum()), episodes=int(len(np.unique(episode))),
                 n_action_steps=Ta, sampler=sampler, steps=n_steps, seed=seed, hold_key=hk,
-                note=None if hk else f"no low-dim observation of width {adim}: the 'hold' baseline needs the joint state")
+                note=None if hk
+                else f"no low-dim observation of width {adim}: the 'hold' baseline needs the joint state")
     return EvalResult(pd.DataFrame(table).T, pd.DataFrame(per_dim).rename_axis("dim"), pred, true, base, mask,
                       episode, exec_t, info)
 

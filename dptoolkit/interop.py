@@ -38,11 +38,13 @@ def store_key(name: str) -> str:
 
 _IMAGE_RANGE = (torch.tensor([2.0]), torch.tensor([-1.0]), torch.tensor([0.0, 1.0, 0.5, math.sqrt(1 / 12)]).view(4, 1))
 
-ROBOTWIN_CAMERAS = ("head_cam", "front_cam", "left_cam", "right_cam")   # image normalizers every RoboTwin checkpoint holds
+# image normalizers every RoboTwin checkpoint holds
+ROBOTWIN_CAMERAS = ("head_cam", "front_cam", "left_cam", "right_cam")
 
 def dp_state_dict(policy, cameras=()) -> dict:
-    """The policy's weights under diffusion_policy's `DiffusionUnetImagePolicy` names, in its order (normalizer `params_dict`
-    included). `cameras`: more image range normalizers to carry (`ROBOTWIN_CAMERAS`: what RoboTwin's deploy normalizes)."""
+    """The policy's weights under diffusion_policy's `DiffusionUnetImagePolicy` names, in its order (normalizer
+    `params_dict` included). `cameras`: more image range normalizers to carry (`ROBOTWIN_CAMERAS`: what RoboTwin's
+    deploy normalizes)."""
     sd = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
     out = {"_dummy_variable": torch.zeros(0), "obs_encoder._dummy_variable": torch.zeros(0)}
     pre = "obs_encoder.key_model_map."
@@ -53,21 +55,23 @@ def dp_state_dict(policy, cameras=()) -> dict:
     out.update({k: v for k, v in sd.items() if k.startswith("model.")})
     out["mask_generator._dummy_variable"] = torch.zeros(0)
     n = policy.normalizer
-    params = {dp_key(k): (getattr(n, f"scale_{k}"), getattr(n, f"offset_{k}"), getattr(n, f"stats_{k}")) for k in n.keys}
+    params = {dp_key(k): (getattr(n, f"scale_{k}"), getattr(n, f"offset_{k}"),
+                          getattr(n, f"stats_{k}")) for k in n.keys}
     cams = list(dict.fromkeys([dp_key(k) for k in policy.image_keys] + list(cameras)))
     order = sorted(params) + cams                            # RoboTwin's order: low-dim keys, then the cameras
     params.update({c: _IMAGE_RANGE for c in cams})
     for name in order:
         scale, offset, st = (t.detach().cpu().float() for t in params[name])
         p = f"normalizer.params_dict.{name}."
-        out.update({p + "offset": offset, p + "scale": scale, p + "input_stats.max": st[1], p + "input_stats.mean": st[2],
+        out.update({p + "offset": offset, p + "scale": scale, p + "input_stats.max": st[1],
+                    p + "input_stats.mean": st[2],
                     p + "input_stats.min": st[0], p + "input_stats.std": st[3]})
     return {k: v.clone().contiguous() for k, v in out.items()}
 
 # %% ../nbs/10_interop.ipynb #f1d406ee
 def from_dp_state_dict(sd: dict, image_keys=(), source="checkpoint", low_dim_keys=None) -> dict:
-    """A diffusion_policy state dict → this toolkit's names (the inverse of `dp_state_dict`); the image normalizer must be
-    the range map. Normalizers of keys the model does not use (RoboTwin's `front_cam`, `left_cam`, `right_cam` on a
+    """A diffusion_policy state dict → this toolkit's names (the inverse of `dp_state_dict`); the image normalizer must
+    be the range map. Normalizers of keys the model does not use (RoboTwin's `front_cam`, `left_cam`, `right_cam` on a
     head-camera policy) are left out; `low_dim_keys` (store names, with `action`): the ones to keep (default: all)."""
     out, pre = {}, "obs_encoder.key_model_map."
     for k, v in sd.items():
@@ -83,8 +87,9 @@ def from_dp_state_dict(sd: dict, image_keys=(), source="checkpoint", low_dim_key
         g = lambda f: sd[f"normalizer.params_dict.{name}.{f}"].float()
         if name in cams:
             if not (torch.allclose(g("scale"), _IMAGE_RANGE[0]) and torch.allclose(g("offset"), _IMAGE_RANGE[1])):
-                raise InteropError(f"{source}: normalizer.params_dict.{name} maps images with scale {g('scale').tolist()}, offset "
-                                   f"{g('offset').tolist()}; only diffusion_policy's image range normalizer (×2 − 1) is supported")
+                raise InteropError(f"{source}: normalizer.params_dict.{name} maps images with scale "
+                                   f"{g('scale').tolist()}, offset {g('offset').tolist()}; only diffusion_policy's "
+                                   "image range normalizer (×2 − 1) is supported")
             continue
         k = store_key(name)
         out[f"normalizer.scale_{k}"], out[f"normalizer.offset_{k}"] = g("scale"), g("offset")
@@ -100,7 +105,8 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
         raise InteropError(f"policy.obs_encoder.backbone={E.backbone}: diffusion_policy has no such image encoder; "
                            f"only resnet18 models can be exported")
     adim, To = int(cfg.shape_meta.action_dim), int(cfg.n_obs_steps)
-    meta = {"obs": {dp_key(k): {"shape": list(s), "type": "rgb" if len(s) == 3 else "low_dim", "horizon": To} for k, s in shapes.items()},
+    meta = {"obs": {dp_key(k): {"shape": list(s), "type": "rgb" if len(s) == 3 else "low_dim", "horizon": To} for k,
+                    s in shapes.items()},
             "action": {"shape": [adim], "horizon": int(cfg.horizon)}}
     task = task_name or cfg.task.name
     lst = lambda v: list(v) if v is not None else None
@@ -113,13 +119,17 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
         "horizon": int(cfg.horizon), "n_obs_steps": To, "n_action_steps": int(cfg.n_action_steps), "n_latency_steps": 0,
         "dataset_obs_steps": To, "past_action_visible": False, "keypoint_visible_rate": 1.0, "obs_as_global_cond": True,
         "policy": {
-            "_target_": "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy", "shape_meta": meta,
+            "_target_": "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy",
+                   "shape_meta": meta,
             "noise_scheduler": {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler",
-                                "num_train_timesteps": int(P.num_train_timesteps), "beta_start": 0.0001, "beta_end": 0.02,
-                                "beta_schedule": str(P.beta_schedule), "variance_type": "fixed_small", "clip_sample": True,
+                                "num_train_timesteps": int(P.num_train_timesteps), "beta_start": 0.0001,
+                                "beta_end": 0.02,
+                                "beta_schedule": str(P.beta_schedule), "variance_type": "fixed_small",
+                                "clip_sample": True,
                                 "prediction_type": str(P.prediction_type)},
             "obs_encoder": {"_target_": "diffusion_policy.model.vision.multi_image_obs_encoder.MultiImageObsEncoder",
-                            "shape_meta": meta, "rgb_model": rgb, "resize_shape": lst(E.resize_shape), "crop_shape": lst(E.crop_shape),
+                            "shape_meta": meta, "rgb_model": rgb, "resize_shape": lst(E.resize_shape),
+                            "crop_shape": lst(E.crop_shape),
                             "random_crop": bool(E.random_crop), "use_group_norm": bool(E.group_norm),
                             "share_rgb_model": bool(E.share_backbone), "imagenet_norm": bool(E.imagenet_norm)},
             "horizon": int(cfg.horizon), "n_action_steps": int(cfg.n_action_steps), "n_obs_steps": To,
@@ -127,17 +137,22 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
             "diffusion_step_embed_dim": int(P.diffusion_step_embed_dim), "down_dims": list(P.down_dims),
             "kernel_size": int(P.kernel_size), "n_groups": int(P.n_groups), "cond_predict_scale": True},
         "ema": {"_target_": "diffusion_policy.model.diffusion.ema_model.EMAModel", "update_after_step": 0,
-                "inv_gamma": float(cfg.ema.inv_gamma), "power": float(cfg.ema.power), "min_value": float(cfg.ema.min_value),
+                "inv_gamma": float(cfg.ema.inv_gamma), "power": float(cfg.ema.power),
+                "min_value": float(cfg.ema.min_value),
                 "max_value": float(cfg.ema.max_value)},
         "dataloader": loader(True), "val_dataloader": loader(False),
-        "optimizer": {"_target_": "torch.optim.AdamW", "lr": float(cfg.optimizer.lr), "betas": list(cfg.optimizer.betas),
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": float(cfg.optimizer.lr),
+                      "betas": list(cfg.optimizer.betas),
                       "eps": float(cfg.optimizer.eps), "weight_decay": float(cfg.optimizer.weight_decay)},
-        "training": {"device": "cuda:0", "seed": int(T.seed), "debug": False, "resume": True, "lr_scheduler": str(T.lr_scheduler),
+        "training": {"device": "cuda:0", "seed": int(T.seed), "debug": False, "resume": True,
+                     "lr_scheduler": str(T.lr_scheduler),
                      "lr_warmup_steps": int(T.lr_warmup_steps), "num_epochs": int(T.num_epochs),
                      "gradient_accumulate_every": int(T.gradient_accumulate_every), "use_ema": bool(cfg.ema.enable),
-                     "freeze_encoder": False, "rollout_every": 50, "checkpoint_every": 300, "val_every": 1, "sample_every": 5,
+                     "freeze_encoder": False, "rollout_every": 50, "checkpoint_every": 300, "val_every": 1,
+                     "sample_every": 5,
                      "max_train_steps": None, "max_val_steps": None, "tqdm_interval_sec": 1.0},
-        "logging": {"project": "diffusion_policy_debug", "resume": True, "mode": "online", "name": f"robot_dp_{adim}_{task}",
+        "logging": {"project": "diffusion_policy_debug", "resume": True, "mode": "online",
+                    "name": f"robot_dp_{adim}_{task}",
                     "tags": [f"robot_{task}", task, "default"], "id": None, "group": None},
         "checkpoint": {"topk": {"monitor_key": "test_mean_score", "mode": "max", "k": 5,
                                 "format_str": "epoch={epoch:04d}-test_mean_score={test_mean_score:.3f}.ckpt"},
@@ -146,7 +161,8 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
                  "image_shape": next((list(s) for s in shapes.values() if len(s) == 3), None),
                  "dataset": {"_target_": "diffusion_policy.dataset.robot_image_dataset.RobotImageDataset",
                              "zarr_path": str(cfg.task.dataset.zarr_path), "batch_size": int(cfg.dataloader.batch_size),
-                             "horizon": int(cfg.horizon), "pad_before": int(cfg.pad_before), "pad_after": int(cfg.pad_after),
+                             "horizon": int(cfg.horizon), "pad_before": int(cfg.pad_before),
+                             "pad_after": int(cfg.pad_after),
                              "seed": int(cfg.task.dataset.split_seed), "val_ratio": float(cfg.task.dataset.val_ratio),
                              "max_train_episodes": None}},
         "setting": None, "expert_data_num": None, "head_camera_type": None,
@@ -163,33 +179,49 @@ def config_from_dp(dp_cfg, data=None) -> DictConfig:
         shapes = {store_key(k): [int(v) for v in o["shape"]] for k, o in meta["obs"].items()}
         rgb = [k for k, o in meta["obs"].items() if o.get("type", "low_dim") == "rgb"]
         cfg = load_config(DIM_CONFIGS.get(adim, "robot_dp_14"))
-        cfg.shape_meta.obs = shapes; cfg.shape_meta.action_dim = adim
+        cfg.shape_meta.obs = shapes
+        cfg.shape_meta.action_dim = adim
         cfg.shape_meta.obs_dim = int(sum(s[0] for s in shapes.values() if len(s) == 1))
-        cfg.task.dataset.obs_keys = sorted(store_key(k) for k in rgb) + sorted(k for k, s in shapes.items() if len(s) == 1)
+        cfg.task.dataset.obs_keys = sorted(store_key(k)
+                                           for k in rgb) + sorted(k for k, s in shapes.items() if len(s) == 1)
         cfg.name = f"robot_dp_{adim}"
-        cfg.horizon, cfg.n_obs_steps, cfg.n_action_steps = int(dp_cfg.horizon), int(dp_cfg.n_obs_steps), int(dp_cfg.n_action_steps)
+        cfg.horizon, cfg.n_obs_steps, cfg.n_action_steps = (
+            int(dp_cfg.horizon),
+            int(dp_cfg.n_obs_steps),
+            int(dp_cfg.n_action_steps),
+        )
         cfg.pad_before, cfg.pad_after = cfg.n_obs_steps - 1, cfg.n_action_steps - 1
         p = cfg.policy
-        p.down_dims = list(P.down_dims); p.kernel_size = int(P.kernel_size); p.n_groups = int(P.n_groups)
+        p.down_dims = list(P.down_dims)
+        p.kernel_size = int(P.kernel_size)
+        p.n_groups = int(P.n_groups)
         p.diffusion_step_embed_dim = int(P.diffusion_step_embed_dim)
         ns = P.noise_scheduler
-        p.num_train_timesteps = int(ns.num_train_timesteps); p.beta_schedule = str(ns.beta_schedule)
+        p.num_train_timesteps = int(ns.num_train_timesteps)
+        p.beta_schedule = str(ns.beta_schedule)
         p.prediction_type = str(ns.prediction_type)
         p.num_inference_steps = int(P.num_inference_steps or ns.num_train_timesteps)
         e = p.obs_encoder
-        e.backbone = "resnet18"; e.group_norm = bool(E.use_group_norm); e.random_crop = bool(E.random_crop)
-        e.imagenet_norm = bool(E.imagenet_norm); e.share_backbone = bool(E.share_rgb_model)
+        e.backbone = "resnet18"
+        e.group_norm = bool(E.use_group_norm)
+        e.random_crop = bool(E.random_crop)
+        e.imagenet_norm = bool(E.imagenet_norm)
+        e.share_backbone = bool(E.share_rgb_model)
         e.crop_shape = list(E.crop_shape) if E.crop_shape is not None else None
         e.resize_shape = list(E.resize_shape) if E.resize_shape is not None else None
         if "optimizer" in dp_cfg:
             o = dp_cfg.optimizer
-            cfg.optimizer.lr = float(o.lr); cfg.optimizer.betas = list(o.betas)
-            cfg.optimizer.eps = float(o.eps); cfg.optimizer.weight_decay = float(o.weight_decay)
+            cfg.optimizer.lr = float(o.lr)
+            cfg.optimizer.betas = list(o.betas)
+            cfg.optimizer.eps = float(o.eps)
+            cfg.optimizer.weight_decay = float(o.weight_decay)
         if "dataloader" in dp_cfg: cfg.dataloader.batch_size = int(dp_cfg.dataloader.batch_size)
         if "training" in dp_cfg:
             t = dp_cfg.training
-            cfg.training.seed = int(t.seed); cfg.training.lr_warmup_steps = int(t.lr_warmup_steps)
-            cfg.training.num_epochs = int(t.num_epochs); cfg.training.lr_scheduler = str(t.lr_scheduler)
+            cfg.training.seed = int(t.seed)
+            cfg.training.lr_warmup_steps = int(t.lr_warmup_steps)
+            cfg.training.num_epochs = int(t.num_epochs)
+            cfg.training.lr_scheduler = str(t.lr_scheduler)
         if "ema" in dp_cfg:
             for k in ("power", "inv_gamma", "min_value", "max_value"): cfg.ema[k] = float(dp_cfg.ema[k])
     except Exception as e:
@@ -199,10 +231,11 @@ def config_from_dp(dp_cfg, data=None) -> DictConfig:
         for k, s in shapes.items():
             found = list(info.arrays[k].shape[1:]) if k in info.arrays else None
             if found != s:
-                raise InteropError(f"{data}: data/{k} is {found if found is not None else 'missing'}, the checkpoint's model expects "
-                                   f"{s} ({dp_key(k)} in its shape_meta)")
+                raise InteropError(f"{data}: data/{k} is {found if found is not None else 'missing'}, the checkpoint's "
+                                   f"model expects {s} ({dp_key(k)} in its shape_meta)")
         found = list(info.arrays["action"].shape[1:]) if "action" in info.arrays else None
-        if found != [adim]: raise InteropError(f"{data}: data/action is {found}, the checkpoint's model expects [{adim}]")
+        if found != [adim]:
+            raise InteropError(f"{data}: data/action is {found}, the checkpoint's model expects [{adim}]")
         cfg.task.dataset.zarr_path = str(Path(data).resolve())
     return cfg
 
@@ -234,8 +267,9 @@ def _dp_names(policy) -> list:
     return out
 
 def dp_optimizer_state(policy, opt_sd: dict, dp_keys: list) -> dict:
-    """Our AdamW state (indices into `policy.parameters()`) → diffusion_policy's: one group over every entry of its state
-    dict (`dp_keys`: all are parameters there, normalizer and `_dummy_variable`s included), state under their indices."""
+    """Our AdamW state (indices into `policy.parameters()`) → diffusion_policy's: one group over every entry of its
+    state dict (`dp_keys`: all are parameters there, normalizer and `_dummy_variable`s included), state under their
+    indices."""
     pos = {k: i for i, k in enumerate(dp_keys)}
     names = _dp_names(policy)
     state = {pos[names[i]]: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
@@ -250,8 +284,8 @@ def from_dp_optimizer_state(policy, opt_sd: dict, dp_keys: list, source="checkpo
     idx = {k: i for i, k in enumerate(names)}
     if len(opt_sd.get("param_groups", [])) != 1 or len(opt_sd["param_groups"][0]["params"]) != len(dp_keys):
         raise InteropError(f"{source}: state_dicts.optimizer has {len(opt_sd.get('param_groups', []))} group(s) of "
-                           f"{[len(g['params']) for g in opt_sd.get('param_groups', [])]} parameters; expected one group over "
-                           f"the model's {len(dp_keys)} state-dict entries")
+                           f"{[len(g['params']) for g in opt_sd.get('param_groups', [])]} parameters; expected one "
+                           f"group over the model's {len(dp_keys)} state-dict entries")
     state = {}
     for j, st in opt_sd["state"].items():
         k = dp_keys[int(j)]
@@ -264,9 +298,9 @@ def from_dp_optimizer_state(policy, opt_sd: dict, dp_keys: list, source="checkpo
 # %% ../nbs/10_interop.ipynb #10119b50
 def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) -> Path:
     """Write a run's model, EMA and optimizer as a diffusion_policy / RoboTwin checkpoint (`torch.save` of `cfg`,
-    `state_dicts` {model, ema_model, optimizer}, `pickles` {_output_dir, epoch, global_step}) that RoboTwin's `policy/DP`
-    deploy and `train.py` resume load unchanged: every camera normalizer their deploy asks for, the optimizer in their
-    parameter order, plain pickles (no dill needed). Written to a temp name, then renamed."""
+    `state_dicts` {model, ema_model, optimizer}, `pickles` {_output_dir, epoch, global_step}) that RoboTwin's
+    `policy/DP` deploy and `train.py` resume load unchanged: every camera normalizer their deploy asks for, the
+    optimizer in their parameter order, plain pickles (no dill needed). Written to a temp name, then renamed."""
     import pickle
     cfg = run_config(run_dir)
     where = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
@@ -277,34 +311,42 @@ def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) ->
     st = ck["state"] or {}
     if st.get("optimizer"): sds["optimizer"] = dp_optimizer_state(model, st["optimizer"], list(sds["model"]))
     out = Path(out)
-    pickles = {"_output_dir": str(output_dir or out.parent.parent), "epoch": int(st.get("epoch", 0)), "global_step": int(st.get("step", 0))}
-    payload = {"cfg": dp_config(cfg, task_name), "state_dicts": sds, "pickles": {k: pickle.dumps(v) for k, v in pickles.items()}}
+    pickles = {"_output_dir": str(output_dir or out.parent.parent), "epoch": int(st.get("epoch", 0)),
+               "global_step": int(st.get("step", 0))}
+    payload = {"cfg": dp_config(cfg, task_name), "state_dicts": sds,
+               "pickles": {k: pickle.dumps(v) for k, v in pickles.items()}}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        torch.save(payload, tmp); os.replace(tmp, out)
+        torch.save(payload, tmp)
+        os.replace(tmp, out)
     finally: tmp.unlink(missing_ok=True)
     return out
 
 # dill names the built-in types it pickles by their old `types` names; RoboTwin's files hold dill._dill._load_type(name)
 _DILL_TYPES = {"ListType": list, "DictType": dict, "TupleType": tuple, "SetType": set, "FrozenSetType": frozenset,
                "IntType": int, "FloatType": float, "ComplexType": complex, "StringType": str, "UnicodeType": str,
-               "BytesType": bytes, "ByteArrayType": bytearray, "BooleanType": bool, "BoolType": bool, "NoneType": type(None),
+               "BytesType": bytes, "ByteArrayType": bytearray, "BooleanType": bool, "BoolType": bool,
+               "NoneType": type(None),
                "ObjectType": object, "TypeType": type, "SliceType": slice, "RangeType": range,
                "EllipsisType": type(Ellipsis), "NotImplementedType": type(NotImplemented)}
 
 def _dill_load_type(name):
-    if name not in _DILL_TYPES: raise InteropError(f"the checkpoint names dill type {name!r}, which is not a built-in type this reader knows")
+    if name not in _DILL_TYPES:
+        raise InteropError(f"the checkpoint names dill type {name!r}, which is not a built-in type this reader knows")
     return _DILL_TYPES[name]
 
 _ALLOWED = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("_codecs", "encode"), ("typing", "Any"),
             ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"), ("torch", "Size"),
             ("torch._tensor", "_rebuild_from_type_v2"), ("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
-            ("omegaconf.base", "ContainerMetadata"), ("omegaconf.base", "Metadata"), ("omegaconf.dictconfig", "DictConfig"),
+            ("omegaconf.base", "ContainerMetadata"), ("omegaconf.base", "Metadata"),
+            ("omegaconf.dictconfig", "DictConfig"),
             ("omegaconf.listconfig", "ListConfig"), ("omegaconf.nodes", "AnyNode"), ("omegaconf.nodes", "StringNode"),
             ("omegaconf.nodes", "IntegerNode"), ("omegaconf.nodes", "FloatNode"), ("omegaconf.nodes", "BooleanNode"),
-            ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"), ("builtins", "bytearray"),
-            ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "list"), ("builtins", "dict"), ("builtins", "tuple")}
+            ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"),
+            ("builtins", "bytearray"),
+            ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "list"), ("builtins", "dict"),
+            ("builtins", "tuple")}
 
 # %% ../nbs/10_interop.ipynb #79d1ab31
 def _unpickler_module():
@@ -313,9 +355,11 @@ def _unpickler_module():
     class Unpickler(pickle.Unpickler):
         def find_class(self, module, name):
             # protocol 2 (torch.save's) names Python 2 modules (__builtin__.dict); map them as pickle's fix_imports does
-            module, name = _compat_pickle.NAME_MAPPING.get((module, name), (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
+            module, name = _compat_pickle.NAME_MAPPING.get((module, name),
+                                                           (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
             if (module, name) == ("dill._dill", "_load_type"): return _dill_load_type
-            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")): return super().find_class(module, name)
+            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
+                return super().find_class(module, name)
             raise InteropError(f"the checkpoint names {module}.{name}, which is not on the allow-list of what a "
                                f"diffusion_policy / RoboTwin checkpoint holds; not loaded")
     m = types.ModuleType("dptoolkit_checkpoint_unpickler")
@@ -325,20 +369,24 @@ def _unpickler_module():
 
 def read_dp_checkpoint(path, *, trust: bool = False) -> dict:
     """Unpickle a diffusion_policy / RoboTwin checkpoint; refused unless `trust=True`, since a pickle can run code. Even
-    then only the globals such a file holds are resolved (tensors, OmegaConf containers, dill's built-in type names, ...):
-    anything else is refused by name. dill is not needed; `pickles` values come back unpickled the same way."""
+    then only the globals such a file holds are resolved (tensors, OmegaConf containers, dill's built-in type names,
+    ...): anything else is refused by name. dill is not needed; `pickles` values come back unpickled the same way."""
     path = Path(path)
     if not path.is_file(): raise InteropError(f"{path}: checkpoint file not found")
     if not trust:
-        raise InteropError(f"{path}: diffusion_policy / RoboTwin checkpoints are pickles, and loading one runs whatever code it "
-                           f"holds; pass trust=True (dpt import --trust) only for a file you made or trust")
+        raise InteropError(f"{path}: diffusion_policy / RoboTwin checkpoints are pickles, and loading one runs "
+                           "whatever code it holds; pass trust=True (dpt import --trust) only for a file you made or "
+                           "trust")
     m = _unpickler_module()
-    try: payload = torch.load(path, map_location="cpu", weights_only=False, pickle_module=m)   # the explicit opt-in above
+    # the explicit opt-in above
+    try: payload = torch.load(path, map_location="cpu", weights_only=False, pickle_module=m)
     except InteropError as e: raise InteropError(f"{path}: {e}") from None
-    except Exception as e: raise InteropError(f"{path}: cannot be unpickled ({type(e).__name__}: {str(e)[:200]})") from None
+    except Exception as e:
+        raise InteropError(f"{path}: cannot be unpickled ({type(e).__name__}: {str(e)[:200]})") from None
     if not (isinstance(payload, dict) and "cfg" in payload and isinstance(payload.get("state_dicts"), dict)
             and "model" in payload["state_dicts"]):
-        raise InteropError(f"{path}: not a diffusion_policy workspace checkpoint (expected a dict with cfg and state_dicts.model)")
+        raise InteropError(f"{path}: not a diffusion_policy workspace checkpoint (expected a dict with cfg and "
+                           "state_dicts.model)")
     pk = payload.get("pickles") or {}
     try: payload["pickles"] = {k: (m.loads(v) if isinstance(v, (bytes, bytearray)) else v) for k, v in pk.items()}
     except InteropError as e: raise InteropError(f"{path} (pickles): {e}") from None
@@ -346,9 +394,9 @@ def read_dp_checkpoint(path, *, trust: bool = False) -> dict:
 
 # %% ../nbs/10_interop.ipynb #61c0a54f
 def import_checkpoint(path, run_dir, *, trust: bool = False, data=None) -> Path:
-    """Turn a diffusion_policy / RoboTwin checkpoint into a run folder (config.yaml + checkpoints/step_<global_step> with
-    model and EMA weights and, when the file has it, the optimizer state); `train(..., resume=True)` / `dpt train --resume`
-    then trains on from there: with the optimizer, at their global step and epoch (the schedule continues)."""
+    """Turn a diffusion_policy / RoboTwin checkpoint into a run folder (config.yaml + checkpoints/step_<global_step>
+    with model and EMA weights and, when the file has it, the optimizer state); `train(..., resume=True)` / `dpt train
+    --resume` then trains on from there: with the optimizer, at their global step and epoch (the schedule continues)."""
     payload = read_dp_checkpoint(path, trust=trust)
     cfg = config_from_dp(payload["cfg"], data)
     sds = payload["state_dicts"]
@@ -364,7 +412,8 @@ def import_checkpoint(path, run_dir, *, trust: bool = False, data=None) -> Path:
     pk = payload.get("pickles") or {}
     step, epoch = int(pk.get("global_step", 0) or 0), int(pk.get("epoch", 0) or 0)
     state = dict(step=step, epoch=epoch, step_in_epoch=0, imported_from=str(Path(path).absolute()))
-    if sds.get("optimizer"): state["optimizer"] = from_dp_optimizer_state(model, sds["optimizer"], list(sds["model"]), path)
+    if sds.get("optimizer"):
+        state["optimizer"] = from_dp_optimizer_state(model, sds["optimizer"], list(sds["model"]), path)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.logging.run_dir = str(run_dir.absolute())
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))

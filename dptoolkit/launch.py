@@ -52,10 +52,14 @@ def progress(**fields) -> bool:
     return _send(("progress", 0, fields))
 
 def _forward_fds(rank):
-    "Redirect fds 1 and 2 into a pipe; a thread forwards its lines to the launcher. Returns a function that flushes and stops."
+    """Redirect fds 1 and 2 into a pipe; a thread forwards its lines to the launcher. Returns a function that flushes
+    and stops."""
     r, w = os.pipe()
-    sys.stdout.flush(); sys.stderr.flush()
-    os.dup2(w, 1); os.dup2(w, 2); os.close(w)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(w, 1)
+    os.dup2(w, 2)
+    os.close(w)
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="replace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="replace")
     def pump():
@@ -67,12 +71,17 @@ def _forward_fds(rank):
             *lines, buf = buf.split(b"\n")
             for l in lines: _send(("out", rank, l.decode(errors="replace")))
         if buf: _send(("out", rank, buf.decode(errors="replace")))
-    t = threading.Thread(target=pump, daemon=True); t.start()
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
     def stop():
-        try: sys.stdout.flush(); sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
         except Exception: pass
         null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1); os.dup2(null, 2); os.close(null)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
         t.join(timeout=5)
     return stop
 
@@ -96,7 +105,8 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
         fn, args, kwargs = cloudpickle.loads(payload)
         device_id = None
         if gpu_ids:
-            torch.cuda.set_device(gpu_ids[rank]); device_id = torch.device("cuda", gpu_ids[rank])
+            torch.cuda.set_device(gpu_ids[rank])
+            device_id = torch.device("cuda", gpu_ids[rank])
         store = dist.TCPStore("127.0.0.1", port, world, False, datetime.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id)
@@ -106,7 +116,8 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
     except BaseException as e:
         tb = traceback.format_exc()
         stop()
-        known = type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")   # our one-line errors
+        # our one-line errors
+        known = type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")
         _send(("error", rank, f"{type(e).__name__}: {e}", tb, known))
         conn.close()
         _release_and_exit(1)
@@ -116,10 +127,13 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
     # return normally: multiprocessing's bootstrap runs its finalizers (semaphores of DataLoader, tqdm, ...) and exits
 
 def _release_and_exit(code):
-    "Exit a failed rank at once (no interpreter shutdown that a stuck collective could hang), after multiprocessing's own"
+    """Exit a failed rank at once (no interpreter shutdown that a stuck collective could hang), after multiprocessing's
+    own"""
     "finalizers: they unregister the rank's semaphores (tqdm's lock, ...), which the resource tracker would report as leaked."
     import multiprocessing.util as mpu
-    t = threading.Thread(target=mpu._exit_function, daemon=True); t.start(); t.join(5.0)
+    t = threading.Thread(target=mpu._exit_function, daemon=True)
+    t.start()
+    t.join(5.0)
     os._exit(code)
 
 # %% ../nbs/06_launch.ipynb #f956405d
@@ -130,7 +144,8 @@ def _listen_socket(port=None):
     try: s.bind(("127.0.0.1", port or 0))
     except OSError as e:
         s.close()
-        raise LaunchError(f"port {port} on 127.0.0.1 is already in use ({e.strerror}); pass another port, or port=None for a free one") from None
+        raise LaunchError(f"port {port} on 127.0.0.1 is already in use ({e.strerror}); pass another port, or port=None "
+                          "for a free one") from None
     s.listen(128)
     return s
 
@@ -139,7 +154,8 @@ def _signal_name(code):
     except (ValueError, TypeError): return f"signal {-code}"
 
 def _stop(procs, grace=3.0, wait=0.0):
-    "Wait up to `wait` seconds for children to exit, SIGTERM the rest, SIGKILL whatever is left after `grace`; reap all."
+    """Wait up to `wait` seconds for children to exit, SIGTERM the rest, SIGKILL whatever is left after `grace`; reap
+    all."""
     def join_all(seconds):
         deadline = time.monotonic() + seconds
         for p in procs: p.join(max(0.0, deadline - time.monotonic()))
@@ -159,10 +175,12 @@ class _Bar:
         from tqdm.auto import tqdm
         if self.bar is None:
             # initial= the first reported step: the rate counts from here (not step/0 s before the first real update)
-            self.bar = tqdm(total=f.get("total"), initial=f.get("step", 0), desc=f.get("desc", "train"), unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=f.get("total"), initial=f.get("step", 0), desc=f.get("desc", "train"), unit="step",
+                            dynamic_ncols=True)
         if "total" in f and f["total"] != self.bar.total: self.bar.total = f["total"]
         if "step" in f: self.bar.n = f["step"]
-        post = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in f.items() if k not in ("step", "total", "desc")}
+        post = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k,
+                v in f.items() if k not in ("step", "total", "desc")}
         if post: self.bar.set_postfix(post, refresh=False)
         self.bar.refresh()
     def close(self):
@@ -183,12 +201,15 @@ def _context(start_method):
     return ctx
 
 # %% ../nbs/06_launch.ipynb #5d1800b2
-_PHASES = {"start": "starting up", "data": "waiting for its next batch (data loader)", "step": "in forward/backward or its all-reduce",
-           "log": "in the log step's all-reduce", "val": "computing the validation loss", "save": "writing a checkpoint",
+_PHASES = {"start": "starting up", "data": "waiting for its next batch (data loader)",
+           "step": "in forward/backward or its all-reduce",
+           "log": "in the log step's all-reduce", "val": "computing the validation loss",
+           "save": "writing a checkpoint",
            "end": "finishing"}
 
 def _raw_store(store):
-    "The store under any PrefixStore wrappers (the process group's default store is one): keys are then the same everywhere."
+    """The store under any PrefixStore wrappers (the process group's default store is one): keys are then the same
+    everywhere."""
     while isinstance(store, dist.PrefixStore): store = store.underlying_store
     return store
 
@@ -215,18 +236,23 @@ class Heartbeat:
             try:
                 self.publish()
                 if not dumped and self.store.check(["dpt/dump"]):
-                    dumped = True; self._dump()
+                    dumped = True
+                    self._dump()
             except Exception: return   # the store is gone (the run ended or the launcher died): nothing to report to
             self._stop.wait(self.every)
 
     def _dump(self):
         import faulthandler
         from pathlib import Path
-        if self.dump_dir is None: faulthandler.dump_traceback(all_threads=True); return
+        if self.dump_dir is None:
+            faulthandler.dump_traceback(all_threads=True)
+            return
         f = Path(self.dump_dir) / f"stacks-rank{self.rank}.txt"
         with open(f, "w") as out:
-            out.write(f"rank {self.rank}, pid {self.pid} on {self.host}, step {self.progress}, {_PHASES.get(self.phase, self.phase)}\n")
-            out.flush(); faulthandler.dump_traceback(out, all_threads=True)
+            out.write(f"rank {self.rank}, pid {self.pid} on {self.host}, step {self.progress}, "
+                      f"{_PHASES.get(self.phase, self.phase)}\n")
+            out.flush()
+            faulthandler.dump_traceback(out, all_threads=True)
         self.store.set(f"dpt/dumped/{self.rank}", str(f))
 
     def close(self):
@@ -273,9 +299,13 @@ class StallWatch:
         now = time.monotonic() if now is None else now
         try: self._read(now)
         except Exception: return None
-        started = any(b["progress"] > 0 for b in self.beats.values()) or all(b["phase"] != "start" for b in self.beats.values())
-        if len(self.beats) < self.world or not started: return None   # a first step needs every rank: all are in the loop
-        if any(b["phase"] == "end" for b in self.beats.values()): self.moved_at = None; return None
+        started = any(b["progress"] > 0
+                      for b in self.beats.values()) or all(b["phase"] != "start" for b in self.beats.values())
+        # a first step needs every rank: all are in the loop
+        if len(self.beats) < self.world or not started: return None
+        if any(b["phase"] == "end" for b in self.beats.values()):
+            self.moved_at = None
+            return None
         progress = sum(b["progress"] for b in self.beats.values())
         if progress != self.last_progress or self.moved_at is None:
             if self.moved_at is not None and self.last_progress is not None and progress > self.last_progress:
@@ -290,10 +320,12 @@ class StallWatch:
         return [r for r in range(self.world) if now - self.seen_at.get(r, now) > max(3 * self.every, 10.0)]
 
     def describe(self, r, now) -> str:
-        b = self.beats[r]; where = f"pid {b['pid']} on {b['host']}"
+        b = self.beats[r]
+        where = f"pid {b['pid']} on {b['host']}"
         if r in self.silent(now):
             state = _proc_state(b["pid"]) if b["host"] == socket.gethostname() else None
-            if state is None and b["host"] == socket.gethostname() and not os.path.exists(f"/proc/{b['pid']}"): state = "gone"
+            if state is None and b["host"] == socket.gethostname() and not os.path.exists(f"/proc/{b['pid']}"):
+                state = "gone"
             return (f"rank {r} ({where}) has not answered for {now - self.seen_at[r]:.0f} s"
                     + (f", process state {state}" if state else "") + f" (last heard at step {b['progress']})")
         return f"rank {r} ({where}) is {_PHASES.get(b['phase'], b['phase'])} at step {b['progress']}"
@@ -312,7 +344,13 @@ class StallWatch:
         others = [r for r in range(self.world) if r not in bad]
         head = (f"no rank has made a training step for {now - self.moved_at:.0f} s (training.stall_timeout_s: "
                 f"{self.limit():.0f} s)")
-        if not bad: return head + ": every rank is waiting in a collective (" + "; ".join(self.describe(r, now) for r in range(self.world)) + ")"
+        if not bad:
+            return (
+                head
+                + ": every rank is waiting in a collective ("
+                + "; ".join(self.describe(r, now) for r in range(self.world))
+                + ")"
+            )
         return (head + ": " + "; ".join(self.describe(r, now) for r in bad)
                 + (f"; the other rank(s) wait for it ({', '.join(self.describe(r, now) for r in others[:3])}"
                    + (", …" if len(others) > 3 else "") + ")" if others else ""))
@@ -325,7 +363,8 @@ class StallWatch:
             live = [r for r in range(self.world) if r not in self.silent(time.monotonic())]
             while time.monotonic() < deadline and len(files) < len(live):
                 for r in live:
-                    if r not in files and self.store.check([f"dpt/dumped/{r}"]): files[r] = self.store.get(f"dpt/dumped/{r}").decode()
+                    if r not in files and self.store.check([f"dpt/dumped/{r}"]):
+                        files[r] = self.store.get(f"dpt/dumped/{r}").decode()
                 time.sleep(0.2)
             return [files[r] for r in sorted(files)]
         except Exception: return []
@@ -347,7 +386,8 @@ def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2
             print(f"dpt: error: stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
                   + "; stopping the run (the last checkpoint stays 'latest')", file=sys.stderr, flush=True)
             os._exit(exit_code)
-    t = threading.Thread(target=run, name="dpt-stallwatch", daemon=True); t.start()
+    t = threading.Thread(target=run, name="dpt-stallwatch", daemon=True)
+    t.start()
     def stop():
         done.set()
         if t is not threading.current_thread(): t.join(timeout=10)
@@ -373,7 +413,8 @@ class _Supervisor:
             # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
             # anything else (a bug, a library's exception) carries the rank's traceback in the message
             tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
-            self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2], rank_traceback=msg[3])
+            self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2],
+                                       rank_traceback=msg[3])
 
     def drain(self, conn):
         try:
@@ -388,8 +429,10 @@ class _Supervisor:
         code = self.procs[rank].exitcode
         if self.failure is None and rank not in self.finished:
             cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
-            if self.stop_at and code < 0: cause += f" (the launcher passed on {self.stop_at['name']}; this rank does not handle it)"
-            self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped", rank=rank, cause=cause)
+            if self.stop_at and code < 0:
+                cause += f" (the launcher passed on {self.stop_at['name']}; this rank does not handle it)"
+            self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",
+                                       rank=rank, cause=cause)
 
     def stalled(self):
         "About once a second, busy output or not: the watch's report becomes the failure (with the live ranks' stacks)."
@@ -404,12 +447,13 @@ class _Supervisor:
                                    rank=bad[0] if bad else None, cause="stalled")
 
     def forward(self, signum, frame):
-        # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting, so ranks that
+        # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting,
+        # so ranks that
         # handle it (train_worker: checkpoint, then return) finish normally within `stop_grace` seconds
         if not self.stop_at:
             self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
-            print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), waiting up to "
-                  f"{self.stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
+            print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), "
+                  f"waiting up to {self.stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
         for p in self.procs:
             try:
                 if p.is_alive(): os.kill(p.pid, signum)
@@ -419,7 +463,8 @@ class _Supervisor:
         "Wait until every rank finished (rank 0's result) or one failed (`LaunchError`)."
         while len(self.finished) < len(self.procs) and self.failure is None:
             if self.stop_at and time.monotonic() - self.stop_at["t"] > self.stop_grace:
-                self.failure = LaunchError(f"the ranks did not stop within {self.stop_grace:g} s of {self.stop_at['name']}; they were killed")
+                self.failure = LaunchError(f"the ranks did not stop within {self.stop_grace:g} s of "
+                                           f"{self.stop_at['name']}; they were killed")
                 break
             ready = mpc.wait(list(self.conns) + list(self.sentinels), timeout=1.0)
             self.stalled()
@@ -434,7 +479,8 @@ class _Supervisor:
 
     def close(self, grace, ok):
         # after success the ranks are exiting on their own: let them finish (a rank terminated mid-exit leaves its
-        # semaphores for the resource tracker to warn about); after a failure give the others 2 s to fail or finish on their
+        # semaphores for the resource tracker to warn about); after a failure give the others 2 s to fail or
+        # finish on their
         # own (the same reason), after an interrupt stop them at once
         _stop(self.procs, grace, wait=10.0 if ok else (2.0 if self.failure is not None else 0.0))
         for c in list(self.conns):
@@ -449,9 +495,9 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
            start_method: str = "forkserver", port: int | None = None, timeout: float = 1800,
            progress_bar: bool = True, forward_output: bool = True, grace: float = 3.0, env: dict | None = None,
            stop_grace: float = 120.0, stall_timeout="auto", **kwargs):
-    """Run `fn(*args, **kwargs)` on `nprocs` ranks (or one per id in `gpu_ids`) with a process group; return rank 0's result.
-    `stall_timeout`: ranks that publish a `Heartbeat` (training does) and make no progress for that long (auto: see
-    `StallWatch`; None: never) are named in a `LaunchError` and stopped."""
+    """Run `fn(*args, **kwargs)` on `nprocs` ranks (or one per id in `gpu_ids`) with a process group; return rank 0's
+    result. `stall_timeout`: ranks that publish a `Heartbeat` (training does) and make no progress for that long (auto:
+    see `StallWatch`; None: never) are named in a `LaunchError` and stopped."""
     if gpu_ids is not None:
         gpu_ids = [int(g) for g in (gpu_ids.split(",") if isinstance(gpu_ids, str) else gpu_ids)]
         if nprocs is not None and nprocs != len(gpu_ids):
@@ -463,7 +509,10 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
     if backend == "nccl" and not gpu_ids:
         raise LaunchError("backend='nccl' needs GPUs: pass gpu_ids (e.g. gpu_ids=[0, 1]) or use backend='gloo'")
     try: payload = cloudpickle.dumps((fn, args, kwargs))
-    except Exception as e: raise LaunchError(f"cannot send {getattr(fn, '__name__', fn)!r} to the ranks: {type(e).__name__}: {e}") from None
+    except Exception as e:
+        raise LaunchError(
+            f"cannot send {getattr(fn, '__name__', fn)!r} to the ranks: {type(e).__name__}: {e}"
+        ) from None
     extra_env = {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), **(env or {})}
     sock = _listen_socket(port)
     port = sock.getsockname()[1]
@@ -472,7 +521,8 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                           master_listen_fd=sock.detach(), use_libuv=True)
     from dptoolkit.launch import _child as target  # the library's copy: importable in the children
     ctx = _context(start_method)
-    sup = _Supervisor([], {}, _Bar(progress_bar), StallWatch(store, nprocs, stall_timeout) if stall_timeout is not None else None,
+    sup = _Supervisor([], {}, _Bar(progress_bar), StallWatch(store, nprocs,
+                                                             stall_timeout) if stall_timeout is not None else None,
                       stop_grace)
     old_handlers, ok = {}, False
     if threading.current_thread() is threading.main_thread():
@@ -483,13 +533,17 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
             p = ctx.Process(target=target, name=f"dpt-rank{rank}", daemon=False,
                             args=(rank, nprocs, payload, w, gpu_ids or [], backend, port, timeout, os.getpid(),
                                   forward_output, extra_env))
-            p.start(); w.close()
-            sup.procs.append(p); sup.conns[r] = rank; sup.sentinels[p.sentinel] = rank
+            p.start()
+            w.close()
+            sup.procs.append(p)
+            sup.conns[r] = rank
+            sup.sentinels[p.sentinel] = rank
         result = sup.run()
         ok = True
         return result
     except KeyboardInterrupt:
-        print(f"launch: interrupted; stopping {sum(p.is_alive() for p in sup.procs)} rank(s)", file=sys.stderr, flush=True)
+        print(f"launch: interrupted; stopping {sum(p.is_alive() for p in sup.procs)} rank(s)", file=sys.stderr,
+              flush=True)
         raise
     finally:
         sup.close(grace, ok)
@@ -519,27 +573,31 @@ def slurm_hostnames(nodelist: str) -> list:
     try: return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30,
                                check=True).stdout.split()
     except (OSError, subprocess.SubprocessError) as e:
-        raise LaunchError(f"cannot expand the Slurm node list {nodelist!r} with `scontrol show hostnames`: {e}") from None
+        raise LaunchError(
+            f"cannot expand the Slurm node list {nodelist!r} with `scontrol show hostnames`: {e}"
+        ) from None
 
 def slurm_port(job_id, step_id=0) -> int:
     "A rendezvous port derived from the Slurm job (and step) id, the same on every node of the job."
     return 20000 + (int(job_id or 0) * 7 + int(step_id or 0)) % 20000
 
 def rank_env(environ=None) -> dict | None:
-    """The process-group variables of a rank started by a scheduler, or None for a plain process. torchrun's own variables
-    win when set. Otherwise an `srun` task of a step with several tasks gets RANK / WORLD_SIZE / LOCAL_RANK /
-    LOCAL_WORLD_SIZE from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / the step's tasks on its node, MASTER_ADDR from the
-    step's first node (127.0.0.1 when the step has one node: the rendezvous stays on loopback) and MASTER_PORT from the
-    job id. A single srun task is a plain process: it starts this machine's ranks itself (`launch`)."""
+    """The process-group variables of a rank started by a scheduler, or None for a plain process. torchrun's own
+    variables win when set. Otherwise an `srun` task of a step with several tasks gets RANK / WORLD_SIZE / LOCAL_RANK /
+    LOCAL_WORLD_SIZE from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / the step's tasks on its node, MASTER_ADDR from
+    the step's first node (127.0.0.1 when the step has one node: the rendezvous stays on loopback) and MASTER_PORT from
+    the job id. A single srun task is a plain process: it starts this machine's ranks itself (`launch`)."""
     env = os.environ if environ is None else environ
     keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    if all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")): return {k: env[k] for k in keys if k in env}
+    if all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return {k: env[k] for k in keys if k in env}
     ntasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
     if "SLURM_PROCID" not in env or ntasks <= 1: return None
     per_node = expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or str(ntasks))
     node = int(env.get("SLURM_NODEID") or 0)
     nnodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or len(per_node))
-    addr = "127.0.0.1" if nnodes == 1 else slurm_hostnames(env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"])[0]
+    addr = "127.0.0.1" if nnodes == 1 else slurm_hostnames(env.get("SLURM_STEP_NODELIST")
+                                                           or env["SLURM_JOB_NODELIST"])[0]
     return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(ntasks), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
             "LOCAL_WORLD_SIZE": str(per_node[min(node, len(per_node) - 1)]), "MASTER_ADDR": addr,
             "MASTER_PORT": str(slurm_port(env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")))}

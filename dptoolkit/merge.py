@@ -12,7 +12,18 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
-from .store import StoreError, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store, read_chunk_rows, validate
+from dptoolkit.store import (
+    StoreError,
+    StoreInfo,
+    _fmt_bytes,
+    atomic_dir,
+    create_array,
+    describe,
+    existing_parent,
+    open_store,
+    read_chunk_rows,
+    validate,
+)
 
 # %% auto #0
 __all__ = ['BLOCK_BYTES', 'MergeError', 'check_sources', 'merge']
@@ -50,8 +61,9 @@ def check_sources(sources, dest=None, keys=None) -> tuple:
         for s, i in zip(srcs[1:], infos[1:]):
             if set(i.keys) != set(rinfo.keys):
                 common = sorted(set.intersection(*(set(j.keys) for j in infos)))
-                raise MergeError(f"{label[s]}: data keys {sorted(i.keys)} differ from {sorted(rinfo.keys)} in {label[ref]}; "
-                                 f"pass keys= (--keys) to merge the keys all sources share: {','.join(common) or 'none'}")
+                raise MergeError(f"{label[s]}: data keys {sorted(i.keys)} differ from {sorted(rinfo.keys)} in "
+                                 f"{label[ref]}; pass keys= (--keys) to merge the keys all sources share: "
+                                 f"{','.join(common) or 'none'}")
         keys = list(rinfo.keys)
     else:
         keys = [keys] if isinstance(keys, str) else list(keys)
@@ -64,7 +76,8 @@ def check_sources(sources, dest=None, keys=None) -> tuple:
         for s, i in zip(srcs[1:], infos[1:]):
             a = i.arrays[k]
             if a.shape[1:] != r.shape[1:]:
-                raise MergeError(f"{label[s]}: data/{k} has shape {_trail(a.shape)}, expected {_trail(r.shape)} as in {label[ref]}")
+                raise MergeError(f"{label[s]}: data/{k} has shape {_trail(a.shape)}, expected {_trail(r.shape)} as in "
+                                 f"{label[ref]}")
             if a.dtype != r.dtype:
                 raise MergeError(f"{label[s]}: data/{k} has dtype {a.dtype}, expected {r.dtype} as in {label[ref]}")
     return srcs, infos, keys
@@ -93,7 +106,8 @@ def _plan_tasks(srcs, infos, groups, task_names=None):
     return names, np.concatenate(per_episode)
 
 # %% ../nbs/01_merge.ipynb #95234113
-BLOCK_BYTES = 12 << 20   # read and write about this much at a time: zarr encodes/decodes the chunks of a block concurrently
+# read and write about this much at a time: zarr encodes/decodes the chunks of a block concurrently
+BLOCK_BYTES = 12 << 20
 
 def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
     C = out.chunks[0]
@@ -104,8 +118,10 @@ def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
         cs = a.chunks[0]
         rblock = max(1, block_bytes // (cs * row_bytes)) * cs          # whole source chunks per read
         for start in range(0, a.shape[0], rblock):
-            block = read_chunk_rows(src, f"data/{key}", a, start, min(start + rblock, a.shape[0]))   # names source and chunk
-            buf.append(block); nb += len(block)
+            # names source and chunk
+            block = read_chunk_rows(src, f"data/{key}", a, start, min(start + rblock, a.shape[0]))
+            buf.append(block)
+            nb += len(block)
             if nb >= wblock:
                 cat = np.concatenate(buf) if len(buf) > 1 else buf[0]
                 n_full = (nb // C) * C
@@ -160,10 +176,11 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
             out.attrs.update(task_names=names, merge=dict(sources=provenance, keys=keys, dptoolkit=__version__,
                                                           created=time.strftime("%Y-%m-%dT%H:%M:%S")))
             validate(tmp)
-    except StoreError as e: raise MergeError(str(e)) from None          # a damaged source chunk: named by read_chunk_rows
+    except StoreError as e: raise MergeError(str(e)) from None   # a damaged source chunk: named by read_chunk_rows
     except OSError as e:
         if e.errno != errno.ENOSPC: raise
         raise MergeError(f"{dest}: the disk filled up while merging (about {_fmt_bytes(need)} needed, "
-                         f"{_fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)} free in {existing_parent(dest)}); "
+                         f"{_fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)} free in "
+                         f"{existing_parent(dest)}); "
                          "nothing was written") from None
     return describe(dest)

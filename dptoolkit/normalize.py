@@ -16,8 +16,8 @@ __all__ = ['Normalizer']
 # %% ../nbs/03a_normalize.ipynb #7838e61e
 class Normalizer(nn.Module):
     """Per-key affine map to [-1, 1] from data limits (diffusion_policy's `LinearNormalizer`, "limits" mode);
-    `normalize`/`unnormalize` are exact inverses. `stats_<key>` keeps the data's min, max, mean and std (rows 0-3), which
-    diffusion_policy checkpoints carry as `input_stats`."""
+    `normalize`/`unnormalize` are exact inverses. `stats_<key>` keeps the data's min, max, mean and std (rows 0-3),
+    which diffusion_policy checkpoints carry as `input_stats`."""
     def __init__(self, stats: dict | None = None):
         super().__init__()
         self.keys = []
@@ -31,8 +31,10 @@ class Normalizer(nn.Module):
         const = rng < eps
         scale = torch.where(const, torch.ones_like(rng), 2.0 / rng.clamp_min(eps))
         offset = torch.where(const, -lo, -1.0 - scale * lo)
-        stats = torch.stack([lo, hi, f((lo + hi) / 2 if mean is None else mean), f(torch.zeros_like(lo) if std is None else std)])
-        self.register_buffer(f"scale_{key}", scale); self.register_buffer(f"offset_{key}", offset)
+        stats = torch.stack([lo, hi, f((lo + hi) / 2 if mean is None else mean),
+                             f(torch.zeros_like(lo) if std is None else std)])
+        self.register_buffer(f"scale_{key}", scale)
+        self.register_buffer(f"offset_{key}", offset)
         self.register_buffer(f"stats_{key}", stats)
         if key not in self.keys: self.keys.append(key)
 
@@ -42,16 +44,21 @@ class Normalizer(nn.Module):
     @classmethod
     def from_store(cls, path, keys):
         "Fit on `data/<key>` of a store, streaming chunk by chunk (min, max, mean and unbiased std per dimension)."
-        g = open_store(path); stats = {}
+        g = open_store(path)
+        stats = {}
         for k in keys:
-            a = g[f"data/{k}"]; C = a.chunks[0]
-            lo = hi = None; s1 = s2 = 0.0
+            a = g[f"data/{k}"]
+            C = a.chunks[0]
+            lo = hi = None
+            s1 = s2 = 0.0
             for s in range(0, a.shape[0], C):
                 blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, min(s + C, a.shape[0])), dtype=np.float64)
                 lo = blk.min(0) if lo is None else np.minimum(lo, blk.min(0))
                 hi = blk.max(0) if hi is None else np.maximum(hi, blk.max(0))
-                s1 = s1 + blk.sum(0); s2 = s2 + (blk * blk).sum(0)
-            n = a.shape[0]; mean = s1 / n
+                s1 = s1 + blk.sum(0)
+                s2 = s2 + (blk * blk).sum(0)
+            n = a.shape[0]
+            mean = s1 / n
             std = np.sqrt(np.maximum(s2 - n * mean * mean, 0) / max(n - 1, 1))
             stats[k] = (lo, hi, mean, std)
         return cls(stats)
@@ -63,9 +70,12 @@ class Normalizer(nn.Module):
         for name in sd:
             if name.startswith("scale_"):
                 k = name[len("scale_"):]
-                n.register_buffer(name, sd[name].clone()); n.register_buffer(f"offset_{k}", sd[f"offset_{k}"].clone())
+                n.register_buffer(name, sd[name].clone())
+                n.register_buffer(f"offset_{k}", sd[f"offset_{k}"].clone())
                 sc, off = sd[name], sd[f"offset_{k}"]
                 lo, hi = (-1 - off) / sc, (1 - off) / sc
-                n.register_buffer(f"stats_{k}", sd[f"stats_{k}"].clone() if f"stats_{k}" in sd else torch.stack([lo, hi, (lo + hi) / 2, 0 * lo]))
+                n.register_buffer(f"stats_{k}",
+                                  sd[f"stats_{k}"].clone() if f"stats_{k}" in sd
+                                  else torch.stack([lo, hi, (lo + hi) / 2, 0 * lo]))
                 n.keys.append(k)
         return n

@@ -24,7 +24,8 @@ __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'SinusoidalPosEmb', 'Conv1dBlock', '
 class SinusoidalPosEmb(nn.Module):
     "Transformer-style sinusoidal embedding of the diffusion step."
     def __init__(self, dim: int):
-        super().__init__(); self.dim = dim
+        super().__init__()
+        self.dim = dim
     def forward(self, t):
         half = self.dim // 2
         f = torch.exp(torch.arange(half, device=t.device, dtype=torch.float32) * (-math.log(10000) / (half - 1)))
@@ -54,12 +55,16 @@ class ConditionalResBlock1D(nn.Module):
 
 class Downsample1d(nn.Module):
     "Halve the horizon: Conv1d(k=3, stride 2)."
-    def __init__(self, dim): super().__init__(); self.conv = nn.Conv1d(dim, dim, 3, 2, 1)
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.Conv1d(dim, dim, 3, 2, 1)
     def forward(self, x): return self.conv(x)
 
 class Upsample1d(nn.Module):
     "Double the horizon: ConvTranspose1d(k=4, stride 2)."
-    def __init__(self, dim): super().__init__(); self.conv = nn.ConvTranspose1d(dim, dim, 4, 2, 1)
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(dim, dim, 4, 2, 1)
     def forward(self, x): return self.conv(x)
 
 # %% ../nbs/04_policy.ipynb #34b8864f
@@ -73,15 +78,20 @@ class ConditionalUnet1D(nn.Module):
         dims = [input_dim, *down_dims]
         pairs = list(zip(dims[:-1], dims[1:]))
         R = lambda a, b: ConditionalResBlock1D(a, b, cond_dim, kernel_size, n_groups)
-        # attributes in diffusion_policy's order and with its names, so state_dict() lists the same keys in the same order
+        # attributes in diffusion_policy's order and with its names, so state_dict() lists the same keys in
+        # the same order
         mid = down_dims[-1]
         self.mid_modules = nn.ModuleList([R(mid, mid), R(mid, mid)])
-        self.diffusion_step_encoder = nn.Sequential(SinusoidalPosEmb(dsed), nn.Linear(dsed, dsed * 4), nn.Mish(), nn.Linear(dsed * 4, dsed))
-        self.up_modules = nn.ModuleList([nn.ModuleList([R(b * 2, a), R(a, a), Upsample1d(a) if i < len(pairs) - 1 else nn.Identity()])
+        self.diffusion_step_encoder = nn.Sequential(SinusoidalPosEmb(dsed), nn.Linear(dsed, dsed * 4), nn.Mish(),
+                                                    nn.Linear(dsed * 4, dsed))
+        self.up_modules = nn.ModuleList([nn.ModuleList([R(b * 2, a), R(a, a),
+                                                        Upsample1d(a) if i < len(pairs) - 1 else nn.Identity()])
                                          for i, (a, b) in enumerate(reversed(pairs[1:]))])
-        self.down_modules = nn.ModuleList([nn.ModuleList([R(a, b), R(b, b), Downsample1d(b) if i < len(pairs) - 1 else nn.Identity()])
+        self.down_modules = nn.ModuleList([nn.ModuleList([R(a, b), R(b, b),
+                                                          Downsample1d(b) if i < len(pairs) - 1 else nn.Identity()])
                                            for i, (a, b) in enumerate(pairs)])
-        self.final_conv = nn.Sequential(Conv1dBlock(down_dims[0], down_dims[0], kernel_size), nn.Conv1d(down_dims[0], input_dim, 1))
+        self.final_conv = nn.Sequential(Conv1dBlock(down_dims[0], down_dims[0], kernel_size),
+                                        nn.Conv1d(down_dims[0], input_dim, 1))
 
     def forward(self, sample, timestep, global_cond=None):
         "sample (B, T, input_dim), timestep (B,) or scalar, global_cond (B, global_cond_dim) → (B, T, input_dim)."
@@ -92,7 +102,9 @@ class ConditionalUnet1D(nn.Module):
         if global_cond is not None: cond = torch.cat([cond, global_cond], dim=-1)
         skips = []
         for r1, r2, down in self.down_modules:
-            x = r2(r1(x, cond), cond); skips.append(x); x = down(x)
+            x = r2(r1(x, cond), cond)
+            skips.append(x)
+            x = down(x)
         for r in self.mid_modules: x = r(x, cond)
         for r1, r2, up in self.up_modules:
             x = torch.cat([x, skips.pop()], dim=1)
@@ -108,7 +120,9 @@ class PolicyError(ValueError):
 def load_weights(path) -> dict:
     "A state dict from a local `.safetensors` file or a torch file read with `weights_only=True` (no code runs)."
     p = Path(path)
-    if not p.is_file(): raise PolicyError(f"{p}: weights file not found (pretrained weights are read from a local file, never downloaded)")
+    if not p.is_file():
+        raise PolicyError(f"{p}: weights file not found (pretrained weights are read from a local file, never "
+                          "downloaded)")
     try:
         if p.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -120,9 +134,11 @@ def load_weights(path) -> dict:
     return sd
 
 def replace_batchnorm(module: nn.Module) -> nn.Module:
-    "Every `BatchNorm2d(C)` → `GroupNorm(C // 16, C)`, in place and under the same name (diffusion_policy's `use_group_norm`)."
+    """Every `BatchNorm2d(C)` → `GroupNorm(C // 16, C)`, in place and under the same name (diffusion_policy's
+    `use_group_norm`)."""
     for name, child in module.named_children():
-        if isinstance(child, nn.BatchNorm2d): setattr(module, name, nn.GroupNorm(child.num_features // 16, child.num_features))
+        if isinstance(child, nn.BatchNorm2d):
+            setattr(module, name, nn.GroupNorm(child.num_features // 16, child.num_features))
         else: replace_batchnorm(child)
     return module
 
@@ -133,12 +149,14 @@ def resnet18(group_norm: bool = True, pretrained=None) -> nn.Module:
     if pretrained:
         sd = {k: v for k, v in load_weights(pretrained).items() if not k.startswith("fc.")}
         own = net.state_dict()
-        wrong = [f"{k} {list(v.shape)} (expected {list(own[k].shape)})" for k, v in sd.items() if k in own and v.shape != own[k].shape]
+        wrong = [f"{k} {list(v.shape)} (expected {list(own[k].shape)})" for k,
+                 v in sd.items() if k in own and v.shape != own[k].shape]
         if wrong: raise PolicyError(f"{pretrained}: not torchvision ResNet-18 weights: {wrong[0]}")
         missing, unexpected = net.load_state_dict(sd, strict=False)
         missing = [k for k in missing if not k.startswith("fc.")]
         if missing or unexpected:
-            raise PolicyError(f"{pretrained}: not torchvision ResNet-18 weights (missing {missing[:3]}, unexpected {unexpected[:3]})")
+            raise PolicyError(f"{pretrained}: not torchvision ResNet-18 weights (missing {missing[:3]}, unexpected "
+                              f"{unexpected[:3]})")
     net.fc = nn.Identity()
     return replace_batchnorm(net) if group_norm else net
 
@@ -148,14 +166,16 @@ class SmallCNN(nn.Module):
         super().__init__()
         layers, c = [], in_channels
         for co in channels:
-            layers += [nn.Conv2d(c, co, 3, stride=2, padding=1), nn.GroupNorm(min(8, co), co), nn.Mish()]; c = co
+            layers += [nn.Conv2d(c, co, 3, stride=2, padding=1), nn.GroupNorm(min(8, co), co), nn.Mish()]
+            c = co
         self.conv = nn.Sequential(*layers)
         self.proj = nn.Linear(c, feature_dim)
     def forward(self, x): return self.proj(self.conv(x).mean(dim=(-2, -1)))
 
 # %% ../nbs/04_policy.ipynb #b904b07c
 class ObsEncoder(nn.Module):
-    "diffusion_policy's `MultiImageObsEncoder` for uint8 cameras (resize → crop → [-1, 1] → ImageNet → backbone) + low-dim keys."
+    """diffusion_policy's `MultiImageObsEncoder` for uint8 cameras (resize → crop → [-1, 1] → ImageNet → backbone) +
+    low-dim keys."""
     def __init__(self, images: dict, low_dim: dict, *,
                  backbone: str = "resnet18",  # resnet18 | small
                  group_norm: bool = True,     # BatchNorm → GroupNorm(C // 16) in the ResNet
@@ -212,26 +232,31 @@ class ObsEncoder(nn.Module):
     def crop_frames(self, x, offsets=None):
         """Random (training: the windows at `offsets`, (N, 2) rows/cols) or centre (eval) `crop_shape` window of each
         frame of (N, C, H, W); a gather on the device, no host sync."""
-        N, C, H, W = x.shape; h, w = self.crop
+        N, C, H, W = x.shape
+        h, w = self.crop
         if offsets is None:
             t, l = int(round((H - h) / 2.0)), int(round((W - w) / 2.0))   # torchvision's CenterCrop
             return x[:, :, t:t + h, l:l + w]
         dev = x.device
         rows = (offsets[:, :1] + torch.arange(h, device=dev))[:, None, :, None]
         cols = (offsets[:, 1:] + torch.arange(w, device=dev))[:, None, None, :]
-        return x[torch.arange(N, device=dev)[:, None, None, None], torch.arange(C, device=dev)[None, :, None, None], rows, cols]
+        return x[torch.arange(N, device=dev)[:, None, None, None], torch.arange(C, device=dev)[None, :, None, None],
+                 rows, cols]
 
     def preprocess(self, img, offsets=None):
-        "uint8 (N, 3, H, W) → the backbone's float input (cropping uint8 before the conversion when there is no resize)."
+        """uint8 (N, 3, H, W) → the backbone's float input (cropping uint8 before the conversion when there is no
+        resize)."""
         x = img
-        if self.resize: x = F.interpolate(x.float(), size=self.resize, mode="bilinear", antialias=True, align_corners=False)
+        if self.resize:
+            x = F.interpolate(x.float(), size=self.resize, mode="bilinear", antialias=True, align_corners=False)
         if self.crop: x = self.crop_frames(x, offsets)
         x = x.float() / 255.0 * 2.0 - 1.0
         return (x - self.img_mean) / self.img_std if self.imagenet_norm else x
 
     def forward(self, obs: dict, generator=None, crops: dict | None = None):
-        """obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N, output_dim).
-        Training crops each camera at `crops[key]` ((N, 2) corners), drawn here from `generator` when not given."""
+        """obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N,
+        output_dim). Training crops each camera at `crops[key]` ((N, 2) corners), drawn here from `generator` when not
+        given."""
         feats, crops = [], dict(crops or {})
         if self.random_crops:
             for k in self.rgb_keys:
@@ -248,15 +273,18 @@ class ObsEncoder(nn.Module):
 
 # %% ../nbs/04_policy.ipynb #6a4569b3
 def obs_shapes(cfg) -> dict:
-    "Observation key → shape from a config: `[D]` low-dim, `[3, H, W]` camera (`shape_meta.obs`, filled by `for_store`)."
+    """Observation key → shape from a config: `[D]` low-dim, `[3, H, W]` camera (`shape_meta.obs`, filled by
+    `for_store`)."""
     sm, keys = cfg.shape_meta, list(cfg.task.dataset.obs_keys)
     known = dict(sm.get("obs") or {})
     out = {}
     for k in keys:
         if k in known: out[k] = tuple(int(v) for v in known[k])
-        elif len(keys) - sum(1 for j in keys if j in known) == 1 and "obs_dim" in sm: out[k] = (int(sm.obs_dim),)  # the one low-dim key
+        # the one low-dim key
+        elif len(keys) - sum(1 for j in keys if j in known) == 1 and "obs_dim" in sm: out[k] = (int(sm.obs_dim),)
         else: raise PolicyError(f"shape_meta.obs has no shape for observation key {k!r}; build the config with "
-                                f"config.for_store(store) (or dpt train --data STORE), which reads the shapes from the store")
+                                "config.for_store(store) (or dpt train --data STORE), which reads the shapes from the "
+                                "store")
     return out
 
 # %% ../nbs/04_policy.ipynb #dbd941ca
@@ -279,7 +307,8 @@ class DiffusionPolicy(nn.Module):
         self.model = ConditionalUnet1D(action_dim, n_obs_steps * self.obs_encoder.output_dim, diffusion_step_embed_dim,
                                        tuple(down_dims), kernel_size, n_groups)
         self.normalizer = normalizer if normalizer is not None else Normalizer()
-        sched = dict(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule, prediction_type=prediction_type,
+        sched = dict(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule,
+                     prediction_type=prediction_type,
                      clip_sample=True)
         self.noise_scheduler = DDPMScheduler(**sched)
         # ᾱ_t as a (non-persistent) buffer: it moves with the model, so the loss never copies it to the device
@@ -291,7 +320,8 @@ class DiffusionPolicy(nn.Module):
     def from_config(cls, cfg, normalizer=None):
         "Build from a dptoolkit config alone (`shape_meta`, `horizon`, `policy.*`, `policy.obs_encoder.*`)."
         p = cfg.policy
-        enc = {k: (tuple(v) if hasattr(v, "__len__") and not isinstance(v, str) else v) for k, v in dict(p.obs_encoder).items()}
+        enc = {k: (tuple(v) if hasattr(v, "__len__") and not isinstance(v, str) else v) for k,
+               v in dict(p.obs_encoder).items()}
         return cls(cfg.shape_meta.action_dim, obs_shapes(cfg), cfg.horizon, cfg.n_obs_steps, cfg.n_action_steps,
                    normalizer=normalizer, obs_encoder=enc, down_dims=tuple(p.down_dims), kernel_size=p.kernel_size,
                    n_groups=p.n_groups, diffusion_step_embed_dim=p.diffusion_step_embed_dim,
@@ -299,18 +329,21 @@ class DiffusionPolicy(nn.Module):
                    beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler)
 
     def encode_obs(self, obs: dict, generator=None, crops=None) -> torch.Tensor:
-        "(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy flattens it."
+        """(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy
+        flattens it."""
         To, flat, B = self.n_obs_steps, {}, None
         for k in self.low_dim_keys:
             x = obs[k][:, :To].float()
             if k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
-            B = x.shape[0]; flat[k] = x.reshape(-1, x.shape[-1])
+            B = x.shape[0]
+            flat[k] = x.reshape(-1, x.shape[-1])
         for k in self.image_keys:
             img = obs[k]
             if img.dtype != torch.uint8 or img.ndim != 5 or tuple(img.shape[2:]) != self.obs_encoder.image_shapes[k]:
-                raise PolicyError(f"camera {k}: got {str(img.dtype).removeprefix('torch.')} {list(img.shape)}, expected uint8 "
-                                  f"(B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
-            B = img.shape[0]; flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
+                raise PolicyError(f"camera {k}: got {str(img.dtype).removeprefix('torch.')} {list(img.shape)}, "
+                                  f"expected uint8 (B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
+            B = img.shape[0]
+            flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
         return self.obs_encoder(flat, generator, crops).reshape(B, -1)
 
     def draw(self, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
@@ -325,18 +358,20 @@ class DiffusionPolicy(nn.Module):
                 if k not in crops: crops[k] = self.obs_encoder.draw_crops(k, B * self.n_obs_steps, dev, generator)
         if noise is None: noise = torch.randn(action.shape, device=dev, generator=generator)
         if timesteps is None:
-            timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev, generator=generator)
+            timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev,
+                                      generator=generator)
         return dict(noise=noise, timesteps=timesteps, crops=crops)
 
     def add_noise(self, x, noise, t):
-        "The forward diffusion `sqrt(ᾱ_t) x + sqrt(1 - ᾱ_t) noise` (diffusers' `add_noise`, from a buffer already on the device)."
+        """The forward diffusion `sqrt(ᾱ_t) x + sqrt(1 - ᾱ_t) noise` (diffusers' `add_noise`, from a buffer already on
+        the device)."""
         a = self.alphas_cumprod.to(x.dtype)[t]
         shape = (-1,) + (1,) * (x.ndim - 1)
         return (a ** 0.5).reshape(shape) * x + ((1 - a) ** 0.5).reshape(shape) * noise
 
     def compute_loss(self, batch, generator=None, noise=None, timesteps=None, crops=None) -> torch.Tensor:
-        """Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`, `timesteps` and `crops`
-        (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order."""
+        """Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`, `timesteps` and
+        `crops` (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order."""
         d = self.draw(batch, generator, noise, timesteps, crops)
         action = batch["action"].float()
         if "action" in self.normalizer.keys: action = self.normalizer.normalize("action", action)

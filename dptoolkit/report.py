@@ -29,7 +29,8 @@ def plain(x) -> str:
     return f"{x:.0f}" if a >= 100 else f"{x:.2f}" if a >= 1 else f"{x:.3f}" if a >= 0.001 or a == 0 else f"{x:.2e}"
 
 def read_log(run_dir) -> pd.DataFrame:
-    "`logs.jsonl` of a run as a DataFrame; skips a torn last line (a run still writing) and keeps the last record of a step."
+    """`logs.jsonl` of a run as a DataFrame; skips a torn last line (a run still writing) and keeps the last record of a
+    step."""
     f = Path(run_dir) / "logs.jsonl"
     if not f.exists(): raise ReportError(f"{run_dir}: no logs.jsonl (is this a run folder?)")
     rows, lines = [], f.read_text().splitlines()
@@ -59,7 +60,8 @@ def _run_meta(run_dir):
 
 def _cfg_signature(meta):
     "What must match for two runs to be compared: model and data settings, not batch split or world size."
-    pol = meta.get("policy", {}); ds = (meta.get("task") or {}).get("dataset", {})
+    pol = meta.get("policy", {})
+    ds = (meta.get("task") or {}).get("dataset", {})
     return json.dumps(dict(name=meta.get("name"), policy=pol, horizon=meta.get("horizon"), data=ds.get("zarr_path"),
                            keys=ds.get("obs_keys")), sort_keys=True, default=str)
 
@@ -69,14 +71,17 @@ def steady(df: pd.DataFrame, warmup="auto") -> pd.DataFrame:
     windows slower than 0.8× the median of the rest, up to a third of them. At least one window is kept."""
     if warmup != "auto":
         keep = df[df["step"] > int(warmup)]
-        if keep.empty: raise ReportError(f"{df.attrs.get('run_dir', 'run')}: warmup={warmup} steps leaves no log window "
+        if keep.empty:
+            raise ReportError(f"{df.attrs.get('run_dir', 'run')}: warmup={warmup} steps leaves no log window "
                                          f"(the run logged steps {int(df['step'].iloc[0])}–{int(df['step'].iloc[-1])})")
         return keep
     s, i = df["samples_per_s"].to_numpy(dtype=float), min(1, len(df) - 1)
     while i < len(df) // 3 and s[i] < 0.8 * np.nanmedian(s[i + 1:]): i += 1
     return df.iloc[i:]
 
-CONTENDED_CPU_SHARE = 0.75  # a CPU rank below this share of its threads' time was starved (quiet here: 0.82-1.0; 3 busy processes on 2 cores: 0.67)
+# a CPU rank below this share of its threads' time was starved (quiet here: 0.82-1.0; 3 busy processes on 2 cores:
+# 0.67)
+CONTENDED_CPU_SHARE = 0.75
 CONTENDED_LOAD = 1.5        # 1-minute load average per core
 NOISY_SPREAD = 0.3          # interquartile range / median of the windows' samples/s
 
@@ -107,20 +112,25 @@ def _time_to(df, col, target, better=min):
 
 # %% ../nbs/07_report.ipynb #a1c0ffee
 def _run_row(rd, warmup):
-    df = read_log(rd); meta = _run_meta(rd)
-    if "samples_per_s" not in df or df["samples_per_s"].isna().all(): raise ReportError(f"{rd}: log has no samples_per_s values")
+    df = read_log(rd)
+    meta = _run_meta(rd)
+    if "samples_per_s" not in df or df["samples_per_s"].isna().all():
+        raise ReportError(f"{rd}: log has no samples_per_s values")
     st = steady(df, warmup)
     run = meta.get("run", {})
     ws = int(df["world_size"].iloc[-1]) if "world_size" in df else int(run.get("world_size", 1))
-    per = (run.get("plan") or {}).get("per_device_batch") or (int(df["global_batch"].iloc[-1]) // ws if "global_batch" in df else 0)
+    per = (run.get("plan") or {}).get("per_device_batch") or (int(df["global_batch"].iloc[-1]) // ws
+                                                              if "global_batch" in df else 0)
     med = lambda c: float(st[c].median()) if c in st else np.nan
-    row = dict(run=Path(rd).name, world_size=ws, devices=",".join(run.get("devices") or []) or None, per_device_batch=per,
+    row = dict(run=Path(rd).name, world_size=ws, devices=",".join(run.get("devices") or []) or None,
+               per_device_batch=per,
                global_batch=int(df["global_batch"].iloc[-1]) if "global_batch" in df else None,
                lr=float(df["lr"].max()) if "lr" in df else np.nan, steps=int(df["step"].iloc[-1]),
                step_time_s=med("step_time_s"), data_time_s=med("data_time_s"), cpu_share=med("cpu_share"),
                threads=int(df["threads"].iloc[-1]) if "threads" in df and df["threads"].notna().any() else None,
                final_loss=float(df["loss"].iloc[-1]) if "loss" in df else np.nan,
-               best_val_loss=float(df["val_loss"].min()) if "val_loss" in df and df["val_loss"].notna().any() else np.nan,
+               best_val_loss=float(df["val_loss"].min()) if "val_loss" in df and df["val_loss"].notna().any()
+               else np.nan,
                run_dir=str(rd))
     row["data_share"] = row["data_time_s"] / row["step_time_s"] if row["step_time_s"] else np.nan
     row["contended_reason"] = contention(st, meta)
@@ -157,14 +167,16 @@ def _speedups(out):
 
 # %% ../nbs/07_report.ipynb #69781b12
 def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | None = None) -> pd.DataFrame:
-    """One row per run (or, with `combine`, per world size and per-device batch over repeated runs): steady-state samples/s
-    (median, `_low`/`_high` quartiles, `_iqr`), step-time split, `contended` with its reason, speed-up and efficiency with
-    their range, a `flag` saying why a figure should not be trusted, and time to reach validation loss `target` (default:
-    the best validation loss every run reached) with its speed-up. `warmup`: steps, or `auto` (see `steady`)."""
+    """One row per run (or, with `combine`, per world size and per-device batch over repeated runs): steady-state
+    samples/s (median, `_low`/`_high` quartiles, `_iqr`), step-time split, `contended` with its reason, speed-up and
+    efficiency with their range, a `flag` saying why a figure should not be trusted, and time to reach validation loss
+    `target` (default: the best validation loss every run reached) with its speed-up. `warmup`: steps, or `auto` (see
+    `steady`)."""
     rows, sigs, logs = [], {}, {}
     for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
         row, sps, df, sig = _run_row(rd, warmup)
-        sigs.setdefault(sig, []).append(str(rd)); logs[str(rd)] = df
+        sigs.setdefault(sig, []).append(str(rd))
+        logs[str(rd)] = df
         rows.append((row, sps))
     if len(sigs) > 1:
         groups = "; ".join(f"{', '.join(Path(r).name for r in v)}" for v in sigs.values())
@@ -183,16 +195,20 @@ def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | No
     return out
 
 def _combine(rows):
-    "Pool the steady windows of repeated runs (same world size and per-device batch), leaving out contended repeats when a quiet one exists."
+    """Pool the steady windows of repeated runs (same world size and per-device batch), leaving out contended repeats
+    when a quiet one exists."""
     groups = {}
     for r, sps in rows: groups.setdefault((r["world_size"], r["per_device_batch"]), []).append((r, sps))
     out = []
     for reps in groups.values():
         quiet = [x for x in reps if not x[0]["contended"]]
         use = quiet or reps
-        r = dict(use[0][0]); num = ("step_time_s", "data_time_s", "data_share", "cpu_share", "final_loss", "time_to_val_loss")
-        for c in num: r[c] = float(np.nanmedian([x[0][c] for x in use])) if any(np.isfinite(x[0][c]) for x in use) else np.nan
-        r.update(run=",".join(x[0]["run"] for x in use), run_dir=",".join(x[0]["run_dir"] for x in use), repeats=len(reps),
+        r = dict(use[0][0])
+        num = ("step_time_s", "data_time_s", "data_share", "cpu_share", "final_loss", "time_to_val_loss")
+        for c in num:
+            r[c] = float(np.nanmedian([x[0][c] for x in use])) if any(np.isfinite(x[0][c]) for x in use) else np.nan
+        r.update(run=",".join(x[0]["run"] for x in use), run_dir=",".join(x[0]["run_dir"] for x in use),
+                 repeats=len(reps),
                  repeats_used=len(use), contended=not quiet,
                  contended_reason="" if quiet else f"all {len(reps)} repeats, e.g. {reps[0][0]['contended_reason']}")
         out.append((r, np.concatenate([x[1] for x in use])))
@@ -222,14 +238,23 @@ def plot_throughput(summary: pd.DataFrame, ax=None):
     plt = _plt()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(4.5, 3.2))
     for per, g in summary.groupby("per_device_batch"):
-        eb = ax.errorbar(g["world_size"], g["samples_per_s"], yerr=_yerr(g, "samples_per_s"), marker="o", capsize=3, label=f"{per}/device")
+        eb = ax.errorbar(g["world_size"], g["samples_per_s"], yerr=_yerr(g, "samples_per_s"), marker="o", capsize=3,
+                         label=f"{per}/device")
         bad = g[g["contended"]] if "contended" in g else g.iloc[:0]
         if len(bad):
-            ax.plot(bad["world_size"], bad["samples_per_s"], "o", mfc="white", color=eb[0].get_color(), ms=9, label="contended")
-            for r in bad.itertuples(): ax.annotate("contended", (r.world_size, r.samples_per_s), fontsize=7, xytext=(4, -10), textcoords="offset points")
-    ax.set_xlabel("processes (world size)"); ax.set_ylabel("samples / s"); ax.set_title("throughput")
-    ax.set_xticks(sorted(summary["world_size"].unique())); ax.grid(alpha=.3); ax.legend(fontsize=8)
-    fig.tight_layout(); return fig
+            ax.plot(bad["world_size"], bad["samples_per_s"], "o", mfc="white", color=eb[0].get_color(), ms=9,
+                    label="contended")
+            for r in bad.itertuples():
+                ax.annotate("contended", (r.world_size, r.samples_per_s), fontsize=7, xytext=(4, -10),
+                            textcoords="offset points")
+    ax.set_xlabel("processes (world size)")
+    ax.set_ylabel("samples / s")
+    ax.set_title("throughput")
+    ax.set_xticks(sorted(summary["world_size"].unique()))
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_TABLE):
     """Measured speed-up against world size with its range, the ideal line and the guides' quoted table; time-to-quality
@@ -242,22 +267,31 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
         ref = {k: v for k, v in reference.items() if k <= max(top, 8)}
         ax.plot(list(ref), list(ref.values()), "s", color="0.6", label="quoted in guides")
     for per, g in summary.dropna(subset=["speedup"]).groupby("per_device_batch"):
-        eb = ax.errorbar(g["world_size"], g["speedup"], yerr=_yerr(g, "speedup"), fmt="o-", capsize=3, label=f"throughput, {per}/device")
+        eb = ax.errorbar(g["world_size"], g["speedup"], yerr=_yerr(g, "speedup"), fmt="o-", capsize=3,
+                         label=f"throughput, {per}/device")
         bad = g[g["flag"].astype(bool)] if "flag" in g else g.iloc[:0]
         if len(bad):
             ax.plot(bad["world_size"], bad["speedup"], "x", color="red", ms=10, mew=2, label="flagged (see table)")
         if "time_to_val_loss_speedup" in g and g["time_to_val_loss_speedup"].notna().any():
             t = g.dropna(subset=["time_to_val_loss_speedup"])
-            ax.plot(t["world_size"], t["time_to_val_loss_speedup"], "^:", color=eb[0].get_color(), label=f"time to val loss, {per}/device")
-    ax.set_xlabel("processes (world size)"); ax.set_ylabel("speed-up vs 1 process"); ax.set_title("speed-up")
-    ax.grid(alpha=.3); ax.legend(fontsize=7); fig.tight_layout(); return fig
+            ax.plot(t["world_size"], t["time_to_val_loss_speedup"], "^:", color=eb[0].get_color(),
+                    label=f"time to val loss, {per}/device")
+    ax.set_xlabel("processes (world size)")
+    ax.set_ylabel("speed-up vs 1 process")
+    ax.set_title("speed-up")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/07_report.ipynb #891528eb
 def plot_loss(run_dirs, ax=None):
     "Loss against step and against wall-clock seconds for several runs; validation points where the log has them."
     plt = _plt()
     if ax is None: fig, axs = plt.subplots(1, 2, figsize=(8, 3))
-    else: axs = ax; fig = axs[0].figure
+    else:
+        axs = ax
+        fig = axs[0].figure
     for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
         df = read_log(rd)
         lab = f"{Path(rd).name} (×{int(df['world_size'].iloc[-1]) if 'world_size' in df else 1})"
@@ -266,9 +300,14 @@ def plot_loss(run_dirs, ax=None):
         if "val_loss" in df and df["val_loss"].notna().any():   # runs with training.val_every
             v = df[df["val_loss"].notna()]
             axs[0].plot(v["step"], v["val_loss"], "o--", ms=4, color=line.get_color(), label=f"{lab} val")
-    axs[0].set_xlabel("step"); axs[1].set_xlabel("seconds"); axs[0].set_ylabel("loss")
-    for a in axs: a.grid(alpha=.3); a.legend(fontsize=8)
-    fig.tight_layout(); return fig
+    axs[0].set_xlabel("step")
+    axs[1].set_xlabel("seconds")
+    axs[0].set_ylabel("loss")
+    for a in axs:
+        a.grid(alpha=.3)
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/07_report.ipynb #0dcb19b4
 def _total_steps(run_dir):
@@ -294,14 +333,22 @@ def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int |
                 title = (f"{Path(run_dir).name}: step {step}" + (f" of {total}" if total else "")
                          + (" (done)" if done else f", ETA {eta:.0f} s" if eta is not None else ""))
                 fig, axs = plt.subplots(1, 2, figsize=(8, 2.8))
-                axs[0].plot(df["step"], df["loss"]); axs[0].set_title("loss"); axs[0].set_xlabel("step")
-                axs[1].plot(df["step"], df["samples_per_s"]); axs[1].set_title("samples / s"); axs[1].set_xlabel("step")
-                fig.suptitle(title, fontsize=9); fig.tight_layout()
-                clear_output(wait=True); display(fig); plt.close(fig)
+                axs[0].plot(df["step"], df["loss"])
+                axs[0].set_title("loss")
+                axs[0].set_xlabel("step")
+                axs[1].plot(df["step"], df["samples_per_s"])
+                axs[1].set_title("samples / s")
+                axs[1].set_xlabel("step")
+                fig.suptitle(title, fontsize=9)
+                fig.tight_layout()
+                clear_output(wait=True)
+                display(fig)
+                plt.close(fig)
             n += 1
             if done or time.time() - t0 > timeout or (max_updates and n >= max_updates): return df
             time.sleep(every)
     except KeyboardInterrupt:
         plt.close("all")
-        print(f"stopped watching {Path(run_dir).name}; the run keeps training (watch again, or stop it: BackgroundRun.stop())")
+        print(f"stopped watching {Path(run_dir).name}; the run keeps training (watch again, or stop it: "
+              "BackgroundRun.stop())")
         return df

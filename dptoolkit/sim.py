@@ -21,7 +21,8 @@ EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
 SUCCESS_REWARD = 4           # transfer-cube: the left gripper holds the cube off the table
 
 class SimError(RuntimeError):
-    "The simulator is missing, cannot render, or is asked for something it cannot do; the message says what to install or set."
+    """The simulator is missing, cannot render, or is asked for something it cannot do; the message says what to install
+    or set."""
 
 def _sim():
     "gym-aloha's modules (MuJoCo, dm_control), imported only when a simulator is used; `MUJOCO_GL=egl` unless set."
@@ -33,16 +34,20 @@ def _sim():
         try: return importlib.util.find_spec(m) is None
         except ImportError: return True
     missing = [m for m in ("mujoco", "dm_control", "gym_aloha") if absent(m)]
-    if missing: raise SimError(f"the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' (missing: {missing[0]})")
+    if missing:
+        raise SimError("the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' (missing: "
+                       f"{missing[0]})")
     try:
         from dm_control import mujoco
         from dm_control.rl import control
         from gym_aloha import constants
         from gym_aloha.tasks import sim, sim_end_effector
         from gym_aloha.utils import sample_box_pose
-    except Exception as e:   # installed, but dm_control starts its renderer at import: a missing EGL / OSMesa library fails here
-        raise SimError(f"MuJoCo's renderer could not start with MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({type(e).__name__}: "
-                       f"{str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 libgl1-mesa-dri) and use MUJOCO_GL=egl") from None
+    # installed, but dm_control starts its renderer at import: a missing EGL / OSMesa library fails here
+    except Exception as e:
+        raise SimError(f"MuJoCo's renderer could not start with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
+                       f"({type(e).__name__}: {str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 "
+                       "libgl1-mesa-dri) and use MUJOCO_GL=egl") from None
     return collections.namedtuple("Sim", "mujoco control constants sim ee sample_box_pose")(
         mujoco, control, constants, sim, sim_end_effector, sample_box_pose)
 
@@ -54,8 +59,10 @@ def _check_task(task):
 def wilson(k: int, n: int, z: float = 1.96) -> tuple:
     "Wilson score interval for `k` successes in `n` trials (95 % by default): honest at 0/n and n/n, unlike ± 1.96·SE."
     if n == 0: return (float("nan"), float("nan"))
-    p = k / n; d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d; h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
     return (max(0.0, c - h), min(1.0, c + h))
 
 # %% ../nbs/13_sim.ipynb #01417dc2
@@ -91,8 +98,10 @@ class AlohaSim:
             def get_observation(self, physics): return _lean(self, physics, end_effector)
         xml = "bimanual_viperx_end_effector_transfer_cube.xml" if end_effector else "bimanual_viperx_transfer_cube.xml"
         physics = S.mujoco.Physics.from_xml_path(str(S.constants.ASSETS_DIR / xml))
-        if end_effector: physics.model.eq_solimp[:2] = [0.95, 0.99, 0.001, 0.5, 2]   # a stiff weld: the gripper follows its target
-        self.env = S.control.Environment(physics, Task(), float("inf"), control_timestep=S.constants.DT, flat_observation=False)
+        # a stiff weld: the gripper follows its target
+        if end_effector: physics.model.eq_solimp[:2] = [0.95, 0.99, 0.001, 0.5, 2]
+        self.env = S.control.Environment(physics, Task(), float("inf"), control_timestep=S.constants.DT,
+                                         flat_observation=False)
         self.pose = None
 
     def _obs(self, ts):
@@ -104,8 +113,9 @@ class AlohaSim:
         "The top camera as uint8 (3, H, W); `SimError` naming MUJOCO_GL when the renderer cannot start."
         try: img = self.env.physics.render(height=height, width=width, camera_id="top")
         except Exception as e:
-            raise SimError(f"rendering the camera failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({type(e).__name__}: "
-                           f"{str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 libgl1-mesa-dri) or set MUJOCO_GL") from None
+            raise SimError(f"rendering the camera failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
+                           f"({type(e).__name__}: {str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 "
+                           "libgl1-mesa-dri) or set MUJOCO_GL") from None
         return np.ascontiguousarray(img.transpose(2, 0, 1))
 
     def reset(self, seed: int) -> dict:
@@ -119,7 +129,8 @@ class AlohaSim:
 
 # %% ../nbs/13_sim.ipynb #db21c6aa
 def _qmul(a, b):
-    w1, x1, y1, z1 = a; w2, x2, y2, z2 = b
+    w1, x1, y1, z1 = a
+    w2, x2, y2, z2 = b
     return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
                      w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
 
@@ -135,7 +146,8 @@ def transfer_waypoints(obs0) -> tuple:
     pick = _qmul(R[3:], _qaxis([0, 1, 0], -60))
     meet_q, meet, up = _qaxis([1, 0, 0], 90), np.array([0.0, 0.5, 0.25]), np.array([1.0, 0, 0, 0])
     left = [(0, L[:3], L[3:], 0), (100, meet + [-0.1, 0, -0.02], meet_q, 1), (260, meet + [0.02, 0, -0.02], meet_q, 1),
-            (310, meet + [0.02, 0, -0.02], meet_q, 0), (360, meet + [-0.1, 0, -0.02], up, 0), (400, meet + [-0.1, 0, -0.02], up, 0)]
+            (310, meet + [0.02, 0, -0.02], meet_q, 0), (360, meet + [-0.1, 0, -0.02], up, 0),
+            (400, meet + [-0.1, 0, -0.02], up, 0)]
     right = [(0, R[:3], R[3:], 0), (90, cube + [0, 0, 0.08], pick, 1), (130, cube + [0, 0, -0.015], pick, 1),
              (170, cube + [0, 0, -0.015], pick, 0), (200, meet + [0.05, 0, 0], pick, 0), (220, meet, pick, 0),
              (310, meet, pick, 1), (360, meet + [0.1, 0, 0], pick, 1), (400, meet + [0.1, 0, 0], pick, 1)]
@@ -151,7 +163,8 @@ def _interp(wps, t):
     t1, x1, q1, g1 = wps[-1]
     return np.concatenate([x1, q1, [g1]])
 
-def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, size=(48, 64), steps: int = EPISODE_STEPS) -> dict:
+def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, size=(48, 64),
+                   steps: int = EPISODE_STEPS) -> dict:
     """One demonstration: the script drives the end-effector (mocap) version of the task and its joint positions are
     recorded; those joint targets are then replayed in the joint-controlled task, which is what a policy will face.
     Returns arrays (`state` = qpos, `action` = the joint target, `env_state`, and `head_camera` with `camera`), the
@@ -163,16 +176,20 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
     for t in range(steps):
         a = np.concatenate([_interp(left, t), _interp(right, t)])
         o, _ = ee.step(a)
-        q = o["qpos"].copy(); q[6], q[13] = a[7], a[15]   # grippers: the commanded opening, as a joint-space policy sends it
+        q = o["qpos"].copy()
+        q[6], q[13] = a[7], a[15]   # grippers: the commanded opening, as a joint-space policy sends it
         targets.append(q)
     env = AlohaSim(task, camera=camera, size=size)
     o = env.reset(seed)
     out = {k: [] for k in ("state", "action", "env_state") + (("head_camera",) if camera else ())}
     rewards = []
     for q in targets:
-        out["state"].append(o["qpos"]); out["action"].append(q); out["env_state"].append(o["env_state"])
+        out["state"].append(o["qpos"])
+        out["action"].append(q)
+        out["env_state"].append(o["env_state"])
         if camera: out["head_camera"].append(o["head_camera"])
-        o, r = env.step(q); rewards.append(r)
+        o, r = env.step(q)
+        rewards.append(r)
     arrays = {k: np.asarray(v, dtype=np.uint8 if k == "head_camera" else np.float32) for k, v in out.items()}
     return dict(arrays=arrays, rewards=rewards, success=max(rewards) >= SUCCESS_REWARD, seed=int(seed))
 
@@ -187,7 +204,8 @@ def _worker_init():
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        import torch; torch.set_num_threads(1)
+        import torch
+        torch.set_num_threads(1)
     except ImportError: pass
 
 def _workers(workers) -> int:
@@ -206,29 +224,34 @@ class Demos:
     @property
     def success_rate(self) -> float: return float(np.mean(self.success)) if self.success else float("nan")
     def __repr__(self):
-        k = int(np.sum(self.success)); lo, hi = wilson(k, len(self.success))
+        k = int(np.sum(self.success))
+        lo, hi = wilson(k, len(self.success))
         return (f"Demos({self.info.path}: {self.info.episodes} episodes, {self.info.steps} steps; expert success "
                 f"{k}/{len(self.success)} = {self.success_rate:.0%} [95% CI {lo:.0%}–{hi:.0%}])")
 
 # %% ../nbs/13_sim.ipynb #fa3a8394
 def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool = False, size=(48, 64),
-               workers=None, seed: int = 0, keep: str = "success", overwrite: bool = False, progress: bool = True) -> Demos:
-    """`n` scripted demonstrations (seeds `seed` … `seed + n - 1`) written as a replay-buffer store in the toolkit's layout:
-    `state` (qpos, 14), `action` (joint targets, 14), `env_state` (cube pose, 7) and with `camera` `head_camera` uint8
-    (3, H, W). Episodes run in `workers` processes (default: one per core) with a progress bar; `keep='success'`
+               workers=None, seed: int = 0, keep: str = "success", overwrite: bool = False,
+               progress: bool = True) -> Demos:
+    """`n` scripted demonstrations (seeds `seed` … `seed + n - 1`) written as a replay-buffer store in the toolkit's
+    layout: `state` (qpos, 14), `action` (joint targets, 14), `env_state` (cube pose, 7) and with `camera` `head_camera`
+    uint8 (3, H, W). Episodes run in `workers` processes (default: one per core) with a progress bar; `keep='success'`
     stores only the successful ones (`'all'`: every one). The store's attrs record the task, seeds and success."""
     from dptoolkit.store import write_store
-    _check_task(task); _sim()
+    _check_task(task)
+    _sim()
     if n < 1: raise SimError(f"n={n}: need at least one episode")
     out = Path(out)
-    if out.exists() and not overwrite: raise SimError(f"{out}: already exists; pass overwrite=True (--overwrite) or another path")
+    if out.exists() and not overwrite:
+        raise SimError(f"{out}: already exists; pass overwrite=True (--overwrite) or another path")
     seeds, eps = list(range(seed, seed + n)), {}
     with _pool(_workers(workers)) as pool, _bar(n, f"demos → {out.name}", progress) as bar:
         import concurrent.futures as cf
         from dptoolkit import sim
         futs = {pool.submit(sim.expert_episode, task, s, camera, tuple(size)): s for s in seeds}
         for f in cf.as_completed(futs):
-            eps[futs[f]] = f.result(); bar.update(1)
+            eps[futs[f]] = f.result()
+            bar.update(1)
     ok = [eps[s]["success"] for s in seeds]
     kept = [s for s in seeds if eps[s]["success"] or keep == "all"]
     if not kept: raise SimError(f"the expert failed on all {n} seeds from {seed}; nothing to write")
@@ -274,30 +297,38 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     kind, policy = _load(spec)
     if kind == "expert":
         ep = expert_episode(task, seed)
-        r = ep["rewards"]; first = next((i for i, x in enumerate(r) if x >= SUCCESS_REWARD), None)
+        r = ep["rewards"]
+        first = next((i for i, x in enumerate(r) if x >= SUCCESS_REWARD), None)
         r = r[:first + 1] if first is not None else r
         return dict(seed=int(seed), success=ep["success"], max_reward=max(r), ret=float(sum(r)), steps=len(r),
                     seconds=time.perf_counter() - t0)
     cam = kind == "policy" and bool(policy.image_keys)
     size = tuple(policy.obs_encoder.image_shapes[policy.image_keys[0]][1:]) if cam else (48, 64)
     env = AlohaSim(task, camera=cam, size=size)
-    o = env.reset(seed); start = o["qpos"].copy()
-    hist = collections.deque([o] * (policy.n_obs_steps if policy is not None else 1), maxlen=policy.n_obs_steps if policy is not None else 1)
+    o = env.reset(seed)
+    start = o["qpos"].copy()
+    hist = collections.deque([o] * (policy.n_obs_steps if policy is not None else 1),
+                             maxlen=policy.n_obs_steps if policy is not None else 1)
     frames, rewards = [], []
     g = torch.Generator().manual_seed(int(seed))
     while len(rewards) < max_steps and (not rewards or max(rewards) < SUCCESS_REWARD):
         if kind == "hold": chunk = [start]
         else:
-            with torch.no_grad(): chunk = policy.predict_action(_obs_batch(policy, hist), generator=g, num_inference_steps=inference_steps)["action"][0].numpy()
+            with torch.no_grad():
+                chunk = policy.predict_action(_obs_batch(policy, hist), generator=g,
+                                              num_inference_steps=inference_steps)["action"][0].numpy()
         for a in chunk:
-            o, r = env.step(a); rewards.append(r); hist.append(o)
+            o, r = env.step(a)
+            rewards.append(r)
+            hist.append(o)
             if video: frames.append(env.render(*video_size).transpose(1, 2, 0))
             if r >= SUCCESS_REWARD or len(rewards) >= max_steps: break
     if video:
         import imageio
         Path(video).parent.mkdir(parents=True, exist_ok=True)
         imageio.mimwrite(video, frames, fps=50, macro_block_size=8)
-    return dict(seed=int(seed), success=max(rewards) >= SUCCESS_REWARD, max_reward=max(rewards), ret=float(sum(rewards)),
+    return dict(seed=int(seed), success=max(rewards) >= SUCCESS_REWARD, max_reward=max(rewards),
+                ret=float(sum(rewards)),
                 steps=len(rewards), seconds=time.perf_counter() - t0)
 
 # %% ../nbs/13_sim.ipynb #d81b1117
@@ -316,22 +347,27 @@ class RolloutResult:
     def summary(self) -> dict:
         lo, hi = self.ci
         return dict(policy=self.name, episodes=len(self.episodes), successes=int(self.episodes["success"].sum()),
-                    success_rate=self.success_rate, ci_low=lo, ci_high=hi, mean_return=float(self.episodes["ret"].mean()),
-                    mean_steps=float(self.episodes["steps"].mean()), episodes_per_min=60 * len(self.episodes) / max(self.wall_s, 1e-9),
+                    success_rate=self.success_rate, ci_low=lo, ci_high=hi,
+                    mean_return=float(self.episodes["ret"].mean()),
+                    mean_steps=float(self.episodes["steps"].mean()),
+                    episodes_per_min=60 * len(self.episodes) / max(self.wall_s, 1e-9),
                     seeds=self.episodes["seed"].tolist())
     def _repr_html_(self): return rollout_table([self]).to_html(float_format=lambda v: f"{v:.3g}")
     def show_videos(self, width: int = 320):
         "The recorded episodes as inline HTML5 videos (a notebook shows them under the cell)."
         from IPython.display import HTML
         import base64
-        tags = [f'<figure style="display:inline-block"><video width="{width}" controls loop src="data:video/mp4;base64,'
-                f'{base64.b64encode(Path(v).read_bytes()).decode()}"></video><figcaption>{Path(v).stem}</figcaption></figure>'
-                for v in self.videos]
+        tags = [
+            f'<figure style="display:inline-block"><video width="{width}" controls loop src="data:video/mp4;base64,'
+            f'{base64.b64encode(Path(v).read_bytes()).decode()}"></video><figcaption>{Path(v).stem}</figcaption></figure>'
+            for v in self.videos
+        ]
         return HTML("".join(tags) or "<p>no videos: rollout(..., video_dir=...)</p>")
     def __repr__(self):
         s = self.summary()
         return (f"{self.name}: success {s['successes']}/{s['episodes']} = {s['success_rate']:.0%} "
-                f"[95% CI {s['ci_low']:.0%}–{s['ci_high']:.0%}], mean return {s['mean_return']:.1f}, seeds {s['seeds'][0]}…{s['seeds'][-1]}")
+                f"[95% CI {s['ci_low']:.0%}–{s['ci_high']:.0%}], mean return {s['mean_return']:.1f}, seeds "
+                f"{s['seeds'][0]}…{s['seeds'][-1]}")
 
 def rollout_table(results) -> pd.DataFrame:
     "One row per `RolloutResult`: success rate with its interval, return, steps, episodes per minute."
@@ -341,11 +377,12 @@ def rollout_table(results) -> pd.DataFrame:
 def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=None, seed: int = 1000,
             max_steps: int = EPISODE_STEPS, video_dir=None, videos: int = 2, inference_steps=None,
             progress: bool = True) -> RolloutResult:
-    """`episodes` closed-loop episodes (seeds `seed` …, recorded in the result so a figure can be reproduced) in `workers`
-    processes (default: one per core). `run_or_policy`: a run folder, a `DiffusionPolicy`, or 'expert' / 'hold'.
-    With `video_dir`, the first `videos` episodes are written as mp4. A policy whose action dimension is not the
+    """`episodes` closed-loop episodes (seeds `seed` …, recorded in the result so a figure can be reproduced) in
+    `workers` processes (default: one per core). `run_or_policy`: a run folder, a `DiffusionPolicy`, or 'expert' /
+    'hold'. With `video_dir`, the first `videos` episodes are written as mp4. A policy whose action dimension is not the
     task's 14 is refused before any episode starts."""
-    _check_task(task); _sim()
+    _check_task(task)
+    _sim()
     spec, name = run_or_policy, str(run_or_policy)
     if not (isinstance(spec, str) and spec in ("expert", "hold")):
         if isinstance(spec, (str, Path)):
@@ -353,7 +390,8 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
             spec, name = str(Path(spec).absolute()), Path(spec).name
             adim = load_policy(spec)[0].action_dim
         else: adim, name = spec.action_dim, "policy"
-        if adim != 14: raise SimError(f"{name}: the policy acts in {adim} dimensions, {task} takes 14 (2 × 6 joints + 2 grippers)")
+        if adim != 14:
+            raise SimError(f"{name}: the policy acts in {adim} dimensions, {task} takes 14 (2 × 6 joints + 2 grippers)")
     seeds = list(range(seed, seed + episodes))
     vids = {s: str(Path(video_dir) / f"{name}-seed{s}.mp4") for s in seeds[:videos]} if video_dir else {}
     t0, rows = time.perf_counter(), []
@@ -361,7 +399,10 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
     import concurrent.futures as cf
     with _pool(n) as pool, _bar(episodes, f"rollout {name}", progress) as bar:
         from dptoolkit import sim
-        futs = [pool.submit(sim.rollout_episode, spec, task, s, max_steps, vids.get(s), (240, 320), inference_steps) for s in seeds]
-        for f in cf.as_completed(futs): rows.append(f.result()); bar.update(1)
+        futs = [pool.submit(sim.rollout_episode, spec, task, s, max_steps, vids.get(s), (240, 320),
+                            inference_steps) for s in seeds]
+        for f in cf.as_completed(futs):
+            rows.append(f.result())
+            bar.update(1)
     df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True)
     return RolloutResult(name, df, list(vids.values()), time.perf_counter() - t0, n)

@@ -103,7 +103,8 @@ def _check_raw_metadata(path: Path, metas):
         if meta.name == "zarr.json" and m.get("node_type") != "array": continue
         key = meta.parent.relative_to(path).as_posix()
         dt = m.get("dtype", m.get("data_type"))
-        codecs = [c.get("id", c.get("name")) for c in (m.get("filters") or []) + (m.get("codecs") or []) if isinstance(c, dict)]
+        codecs = [c.get("id", c.get("name")) for c in (m.get("filters") or []) + (m.get("codecs") or [])
+                  if isinstance(c, dict)]
         if (isinstance(dt, str) and dt.lstrip("|<>=").startswith("O")) or _UNSAFE_CODECS & set(codecs):
             raise StoreError(f"{path}: {key} is an object (pickled) array (dtype {dt!r}, codecs {codecs}); "
                              "refusing to load it because decoding it could run arbitrary code")
@@ -154,7 +155,8 @@ class StoreInfo:
 
     def to_dict(self):
         d = asdict(self)
-        d["arrays"] = {k: {**asdict(a), "shape": list(a.shape), "chunks": list(a.chunks)} for k, a in self.arrays.items()}
+        d["arrays"] = {k: {**asdict(a), "shape": list(a.shape), "chunks": list(a.chunks)} for k,
+                       a in self.arrays.items()}
         d["decoded_bytes"] = self.nbytes
         return d
 
@@ -180,7 +182,8 @@ def _fmt_bytes(n):
 def _compressor_name(arr) -> str:
     cs = [c for c in (getattr(arr, "compressors", None) or ()) if c is not None]
     if not cs: return "none"
-    c = cs[0]; cfg = c.get_config() if hasattr(c, "get_config") else {}
+    c = cs[0]
+    cfg = c.get_config() if hasattr(c, "get_config") else {}
     if cfg.get("id") == "blosc": return f"blosc-{cfg.get('cname')}-{cfg.get('clevel')}"
     return type(c).__name__ if not cfg else "-".join(str(cfg[k]) for k in ("id", "level", "clevel") if k in cfg)
 
@@ -209,10 +212,12 @@ def validate(path) -> StoreInfo:
     if T is None: raise StoreError(f"{p}: data arrays must have a time axis (got 0-d arrays)")
     ends_arr = meta["episode_ends"]
     if ends_arr.ndim != 1 or ends_arr.dtype.kind not in "iu":
-        raise StoreError(f"{p}: meta/episode_ends must be 1-D integers, got shape {ends_arr.shape} dtype {ends_arr.dtype}")
+        raise StoreError(f"{p}: meta/episode_ends must be 1-D integers, got shape {ends_arr.shape} dtype "
+                         f"{ends_arr.dtype}")
     ends = np.asarray(ends_arr[:], dtype=np.int64)
     if len(ends) == 0: raise StoreError(f"{p}: meta/episode_ends is empty (no episodes)")
-    if ends[0] <= 0: raise StoreError(f"{p}: meta/episode_ends[0] = {ends[0]}; episodes need at least one step (must be > 0)")
+    if ends[0] <= 0:
+        raise StoreError(f"{p}: meta/episode_ends[0] = {ends[0]}; episodes need at least one step (must be > 0)")
     bad = np.nonzero(np.diff(ends) <= 0)[0]
     if len(bad):
         i = int(bad[0]) + 1
@@ -227,7 +232,8 @@ def validate(path) -> StoreInfo:
         if task_names:
             tv = np.asarray(et[:])
             if tv.min() < 0 or tv.max() >= len(task_names):
-                raise StoreError(f"{p}: meta/episode_task values {tv.min()}..{tv.max()} outside task_names (0..{len(task_names)-1})")
+                raise StoreError(f"{p}: meta/episode_task values {tv.min()}..{tv.max()} outside task_names "
+                                 f"(0..{len(task_names)-1})")
     arrays = {k: ArrayInfo(tuple(a.shape), str(a.dtype), tuple(a.chunks), _compressor_name(a), int(a.nbytes))
               for k, a in sorted(data.items())}
     adim = arrays["action"].shape[1] if "action" in arrays and len(arrays["action"].shape) == 2 else None
@@ -250,7 +256,11 @@ def episodes(path) -> pd.DataFrame:
     g = open_store(path)
     ends = np.asarray(g["meta/episode_ends"][:], dtype=np.int64)
     starts = np.concatenate([[0], ends[:-1]])
-    task = np.asarray(g["meta/episode_task"][:]) if "episode_task" in dict(g["meta"].arrays()) else np.zeros(len(ends), int)
+    task = (
+        np.asarray(g["meta/episode_task"][:])
+        if "episode_task" in dict(g["meta"].arrays())
+        else np.zeros(len(ends), int)
+    )
     names = info.task_names or [Path(path).name.removesuffix(".zarr")]
     df = pd.DataFrame(dict(episode=np.arange(len(ends)), start=starts, end=ends, length=ends - starts, task=task))
     df["task_name"] = [names[t] if 0 <= t < len(names) else str(t) for t in task]
@@ -262,7 +272,8 @@ def chunk_file(path, key: str, array, coords) -> Path:
     return Path(path) / key / array.metadata.encode_chunk_key(tuple(int(c) for c in coords))
 
 def read_chunk_rows(path, key: str, array, start: int, stop: int):
-    "Rows [start, stop) of a time-chunked array; `StoreError` naming the store, key and chunk file when one is missing or damaged."
+    """Rows [start, stop) of a time-chunked array; `StoreError` naming the store, key and chunk file when one is missing
+    or damaged."""
     C = array.chunks[0]
     tail = (0,) * (array.ndim - 1)
     for ci in range(start // C, (max(stop, start + 1) - 1) // C + 1):
@@ -275,8 +286,9 @@ def read_chunk_rows(path, key: str, array, start: int, stop: int):
         for ci in range(start // C, (max(stop, start + 1) - 1) // C + 1):    # find the chunk that fails
             try: array.get_block_selection((ci, *tail))
             except Exception as e:
-                raise StoreError(f"{path}: {key} chunk {ci} ({chunk_file(path, key, array, (ci, *tail))}) cannot be decoded "
-                                 f"({type(e).__name__}: {str(e)[:160]}); `dpt inspect {path} --verify` lists every damaged chunk") from None
+                raise StoreError(f"{path}: {key} chunk {ci} ({chunk_file(path, key, array, (ci, *tail))}) cannot be "
+                                 f"decoded ({type(e).__name__}: {str(e)[:160]}); `dpt inspect {path} --verify` lists "
+                                 "every damaged chunk") from None
         raise
 
 def verify(path, *, progress: bool = True) -> StoreInfo:
@@ -292,7 +304,8 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
     for key, a in arrays:
         for coords in np.ndindex(*a.cdata_shape):
             f = chunk_file(root, key, a, coords)
-            if not f.exists(): bad.append(f"{key} chunk {coords}: {f} is missing (zarr would read it as {a.fill_value})")
+            if not f.exists():
+                bad.append(f"{key} chunk {coords}: {f} is missing (zarr would read it as {a.fill_value})")
             else:
                 try: a.get_block_selection(coords)
                 except Exception as e: bad.append(f"{key} chunk {coords}: {f}: {type(e).__name__}: {str(e)[:160]}")
@@ -312,16 +325,19 @@ def check_finite(path, keys, arrays: dict | None = None):
         a = g[f"data/{k}"]
         if a.dtype.kind != "f": continue
         src = None if arrays is None else arrays.get(k)
-        C = a.chunks[0] if src is None else max(a.chunks[0], (1 << 24) // max(1, a.dtype.itemsize * int(np.prod(a.shape[1:]))))
+        C = a.chunks[0] if src is None else max(a.chunks[0],
+                                                (1 << 24) // max(1, a.dtype.itemsize * int(np.prod(a.shape[1:]))))
         for s in range(0, a.shape[0], C):
             e = min(s + C, a.shape[0])
             blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, e) if src is None else src[s:e])
             bad = ~np.isfinite(blk.reshape(len(blk), -1))
             if bad.any():
                 r, c = (int(x[0]) for x in np.nonzero(bad))
-                row = s + r; ep = int(np.searchsorted(ends, row, side="right"))
-                raise StoreError(f"{path}: data/{k} holds {blk.reshape(len(blk), -1)[r, c]} at row {row} (episode {ep}, "
-                                 f"column {c}); {int(bad.sum())} non-finite value(s) in rows {s}-{s + len(blk) - 1}. "
+                row = s + r
+                ep = int(np.searchsorted(ends, row, side="right"))
+                raise StoreError(f"{path}: data/{k} holds {blk.reshape(len(blk), -1)[r, c]} at row {row} (episode "
+                                 f"{ep}, column {c}); {int(bad.sum())} non-finite value(s) in rows "
+                                 f"{s}-{s + len(blk) - 1}. "
                                  "Clean or drop that episode: a NaN poisons the normalizer and every loss")
 
 # %% ../nbs/00_store.ipynb #ea241596
@@ -364,11 +380,13 @@ def write_store(path, data: dict, episode_ends, *, episode_task=None, attrs=None
             v = np.asarray(v)
             a = create_array(g, f"data/{k}", v.shape, v.dtype, time_chunks(v.shape, chunk_steps), compressor)
             a[...] = v
-        e = g.create_array("meta/episode_ends", shape=ends.shape, dtype="int64", chunks=(max(1, len(ends)),), compressors=None)
+        e = g.create_array("meta/episode_ends", shape=ends.shape, dtype="int64", chunks=(max(1, len(ends)),),
+                           compressors=None)
         e[...] = ends
         if episode_task is not None:
             t = np.asarray(episode_task, dtype=np.int64)
-            et = g.create_array("meta/episode_task", shape=t.shape, dtype="int64", chunks=(max(1, len(t)),), compressors=None)
+            et = g.create_array("meta/episode_task", shape=t.shape, dtype="int64", chunks=(max(1, len(t)),),
+                                compressors=None)
             et[...] = t
         if attrs: g.attrs.update(attrs)
         validate(tmp)
@@ -382,7 +400,8 @@ def sample_episode(rng: np.random.Generator, dim: int, length: int, image_hw=Non
     n_way = 3
     way = rng.uniform(-1, 1, size=(n_way + 1, dim)).astype(np.float64)
     t = np.linspace(0, n_way, length + 1)
-    i = np.minimum(t.astype(int), n_way - 1); f = t - i
+    i = np.minimum(t.astype(int), n_way - 1)
+    f = t - i
     ease = f * f * (3 - 2 * f)                                   # smoothstep between way-points
     q = way[i] + (way[i + 1] - way[i]) * ease[:, None]
     q += 0.02 * np.sin(np.linspace(0, 6 * np.pi, length + 1))[:, None] * rng.uniform(0.5, 1.5, dim)
@@ -392,7 +411,8 @@ def sample_episode(rng: np.random.Generator, dim: int, length: int, image_hw=Non
     if image_hw:
         H, W = image_hw
         yy, xx = np.mgrid[0:H, 0:W]
-        cy = (state[:, 0] * 0.4 + 0.5) * H; cx = (state[:, 1] * 0.4 + 0.5) * W
+        cy = (state[:, 0] * 0.4 + 0.5) * H
+        cx = (state[:, 1] * 0.4 + 0.5) * W
         blob = np.exp(-((yy[None] - cy[:, None, None])**2 + (xx[None] - cx[:, None, None])**2) / (2 * (H / 8)**2))
         img = np.stack([blob * 255, np.full_like(blob, 40), (1 - blob) * 120], axis=1)
         out["head_camera"] = img.clip(0, 255).astype(np.uint8)
@@ -410,8 +430,10 @@ def make_sample_store(path, *, dim: int = 14, episodes: int = 6, min_len: int = 
 def sample_data(dest, *, tasks: int = 3, episodes: int = 6, dim: int = 14, image: bool = False,
                 seed: int = 0, overwrite: bool = False) -> list:
     "Write `tasks` sample task stores `dest/<task>.zarr`; returns their paths."
-    if tasks < 1 or episodes < 1: raise StoreError(f"need at least 1 task and 1 episode, got tasks={tasks} episodes={episodes}")
-    dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
+    if tasks < 1 or episodes < 1:
+        raise StoreError(f"need at least 1 task and 1 episode, got tasks={tasks} episodes={episodes}")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
     names = [SAMPLE_TASKS[i] if i < len(SAMPLE_TASKS) else f"task_{i}" for i in range(tasks)]
     paths = []
     for i, name in enumerate(names):

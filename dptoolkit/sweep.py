@@ -20,8 +20,8 @@ __all__ = ['sweep', 'compare_scaling', 'plot_scaling']
 def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_batch: int | None = None, repeats: int = 1,
           overrides=(), combine: bool = True, target: float | None = None, cpu_threads=1, progress: bool = True,
           **train_kw) -> pd.DataFrame:
-    """Train `steps` steps at each world size with the same per-device batch, `repeats` times, interleaved (1, 2, 1, 2, ...:
-    a busy spell on the machine hits every world size alike); returns `summarize` of the runs, repeats pooled when
+    """Train `steps` steps at each world size with the same per-device batch, `repeats` times, interleaved (1, 2, 1, 2,
+    ...: a busy spell on the machine hits every world size alike); returns `summarize` of the runs, repeats pooled when
     `combine` (contended repeats left out when a quiet one exists). `overrides`: dotlist settings for every run.
     `cpu_threads`: torch threads per CPU rank (1, like one device per rank: see the thread policy above; `auto` splits
     the cores over the ranks)."""
@@ -33,19 +33,26 @@ def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_bat
     for rep in range(repeats):
         for ws in world_sizes:
             rd = out_dir / (f"world{ws}" if repeats == 1 else f"world{ws}-{rep + 1}")
-            c = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(c, True)
-            c.dataloader.batch_size = per; c.scaling.keep_effective_batch_size = False; c.scaling.lr_scaling = "none"
-            c.training.max_steps = steps; c.training.checkpoint_every = 0; c.training.log_every = max(1, steps // 10)
+            c = OmegaConf.create(OmegaConf.to_container(cfg))
+            OmegaConf.set_struct(c, True)
+            c.dataloader.batch_size = per
+            c.scaling.keep_effective_batch_size = False
+            c.scaling.lr_scaling = "none"
+            c.training.max_steps = steps
+            c.training.checkpoint_every = 0
+            c.training.log_every = max(1, steps // 10)
             apply_overrides(c, [f"training.cpu_threads={cpu_threads}", *overrides])
             kw = dict(train_kw)
-            if kw.get("gpu_ids") is not None: kw["gpu_ids"] = list(kw["gpu_ids"])[:ws]   # the first ws of the GPUs given
+            # the first ws of the GPUs given
+            if kw.get("gpu_ids") is not None: kw["gpu_ids"] = list(kw["gpu_ids"])[:ws]
             train(c, nprocs=ws, run_dir=rd, progress=progress, **kw)
             runs.append(rd)
     return summarize(runs, combine=combine, target=target)
 
 # %% ../nbs/07b_sweep.ipynb #4b2fd16d
 def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), accum=(1, 2), steps: int = 200,
-                    out_dir=None, target: float | None = None, cpu_threads=1, progress: bool = False, **train_kw) -> pd.DataFrame:
+                    out_dir=None, target: float | None = None, cpu_threads=1, progress: bool = False,
+                    **train_kw) -> pd.DataFrame:
     """Speed-up at equal quality for `plan()`'s learning-rate rules: one 1-process run, then `world_size` processes with
     each rule in `rules` and each gradient accumulation in `accum` (accumulation stands in for more devices: world 2 ×
     accum 2 trains with the batch of 4), all validating every epoch. Returns `summarize` of the runs with `rule`,
@@ -56,21 +63,25 @@ def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), 
     grid = [(1, 1, "none")] + [(world_size, a, r) for a in accum for r in rules]
     runs, meta = [], {}
     for ws, a, rule in grid:
-        c = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(c, True)
+        c = OmegaConf.create(OmegaConf.to_container(cfg))
+        OmegaConf.set_struct(c, True)
         apply_overrides(c, [f"scaling.keep_effective_batch_size=false", f"scaling.lr_scaling={rule}",
-                            f"training.gradient_accumulate_every={a}", f"training.max_steps={steps}", "training.val_every=1",
+                            f"training.gradient_accumulate_every={a}", f"training.max_steps={steps}",
+                            "training.val_every=1",
                             "training.checkpoint_every=0", f"training.log_every={max(1, steps // 20)}",
                             f"training.cpu_threads={cpu_threads}"])
         rd = out_dir / f"world{ws}-accum{a}-{rule}"
         p = plan(c, ws)
         train(c, nprocs=ws, run_dir=rd, progress=progress, **train_kw)
-        runs.append(rd); meta[rd.name] = dict(rule=rule, accum=a, effective_batch=p.effective_batch, lr_scaled=p.lr)
+        runs.append(rd)
+        meta[rd.name] = dict(rule=rule, accum=a, effective_batch=p.effective_batch, lr_scaled=p.lr)
     s = summarize(runs, target=target)
     for k in ("rule", "accum", "effective_batch", "lr_scaled"): s[k] = [meta[r][k] for r in s["run"]]
     return s
 
 def plot_scaling(s: pd.DataFrame, ax=None):
-    "Throughput speed-up beside time-to-quality speed-up for each learning-rate rule and accumulation (`compare_scaling`)."
+    """Throughput speed-up beside time-to-quality speed-up for each learning-rate rule and accumulation
+    (`compare_scaling`)."""
     plt = _plt()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.2))
     rows = s[s.world_size > 1].reset_index(drop=True)
@@ -79,5 +90,9 @@ def plot_scaling(s: pd.DataFrame, ax=None):
     ax.bar(x + 0.2, rows["time_to_val_loss_speedup"].fillna(0), 0.4, label="time to val loss")
     ax.axhline(1, color="k", lw=0.8)
     ax.set_xticks(x, [f"{r.rule}\n×{r.world_size}·accum {r.accum}" for r in rows.itertuples()], fontsize=7)
-    ax.set_ylabel("speed-up vs 1 process"); ax.set_title(f"speed-up at equal quality (val loss ≤ {plain(s.attrs.get('val_loss_target'))})", fontsize=9)
-    ax.legend(fontsize=7); ax.grid(alpha=.3, axis="y"); fig.tight_layout(); return fig
+    ax.set_ylabel("speed-up vs 1 process")
+    ax.set_title(f"speed-up at equal quality (val loss ≤ {plain(s.attrs.get('val_loss_target'))})", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=.3, axis="y")
+    fig.tight_layout()
+    return fig

@@ -91,7 +91,8 @@ def _slurm_task_is_rank() -> bool:
 
 def cpu_threads(T, local_ranks: int) -> int:
     """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores split over its
-    `local_ranks` ranks (a run on its own uses the machine; timing sweeps pass 1 per rank: the report chapter says why)."""
+    `local_ranks` ranks (a run on its own uses the machine; timing sweeps pass 1 per rank: the report chapter says
+    why)."""
     n = OmegaConf.select(T, "cpu_threads", default="auto")
     if _slurm_task_is_rank(): local_ranks = 1
     return max(1, _cores() // max(1, local_ranks)) if n in (None, "auto") else max(1, int(n))
@@ -108,19 +109,22 @@ def _amp(cfg, device):
     return (lambda: torch.autocast(device.type, dtype=dtype)), scaler, mp_
 
 def _adamw(params, **kw):
-    "AdamW with the fused kernel where the device has one (CPU and CUDA): one kernel per step instead of ~10 per tensor."
+    """AdamW with the fused kernel where the device has one (CPU and CUDA): one kernel per step instead of ~10 per
+    tensor."""
     try: return torch.optim.AdamW(params, fused=True, **kw)
     except (RuntimeError, ValueError): return torch.optim.AdamW(params, **kw)
 
 def _buffer_sync(on: bool) -> dict:
     "DDP's switch for syncing buffers before each forward (torch 2.13 renamed it)."
     import inspect
-    return {"forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters else "broadcast_buffers": on}
+    return {"forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters
+            else "broadcast_buffers": on}
 
 def _grad_norm(params, clip):
     "Total grad norm, clipped to `clip` when set; without clipping only the norm is computed (torch >= 2.6)."
     if clip: return torch.nn.utils.clip_grad_norm_(params, clip)
-    if hasattr(torch.nn.utils, "get_total_norm"): return torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])
+    if hasattr(torch.nn.utils, "get_total_norm"):
+        return torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])
     return torch.nn.utils.clip_grad_norm_(params, float("inf"))
 
 def _run_dir(cfg) -> Path:
@@ -153,20 +157,24 @@ class StopSignal:
 def strict_json(obj, **kw) -> str:
     "JSON that strict parsers accept: NaN and ±inf become null (`report.read_log` reads them back as NaN)."
     fix = lambda v: (None if isinstance(v, float) and not math.isfinite(v) else
-                     {k: fix(x) for k, x in v.items()} if isinstance(v, dict) else [fix(x) for x in v] if isinstance(v, (list, tuple)) else v)
+                     {k: fix(x) for k,
+                      x in v.items()} if isinstance(v, dict) else [fix(x) for x in v] if isinstance(v, (list, tuple))
+                     else v)
     return json.dumps(fix(obj), allow_nan=False, default=str, **kw)
 
 def _last_good(run_dir, lr) -> str:
     ck = Path(run_dir) / "checkpoints" / "latest"
     if ck.exists():
-        return (f"The last good checkpoint, {ck.parent / ck.read_text().strip()}, stays 'latest': resume from it with a lower "
-                f"learning rate (dpt train --resume ... optimizer.lr={lr / 10:g}).")
+        return (f"The last good checkpoint, {ck.parent / ck.read_text().strip()}, stays 'latest': resume from it with "
+                f"a lower learning rate (dpt train --resume ... optimizer.lr={lr / 10:g}).")
     return f"No checkpoint was written before; start again with a lower learning rate (optimizer.lr={lr / 10:g})."
 
 def _check_finite(rec, finite_steps, fp16, run_dir, lr):
-    "At a log step (values already all-reduced, identical on every rank): `TrainError` if the loss or grad norm is not finite."
+    """At a log step (values already all-reduced, identical on every rank): `TrainError` if the loss or grad norm is not
+    finite."""
     bad = {k: rec[k] for k in ("loss", "grad_norm") if not math.isfinite(rec[k])}
-    if fp16 and finite_steps > 0: bad = {}   # GradScaler skips overflowing steps; only a window with no finite loss stops
+    # GradScaler skips overflowing steps; only a window with no finite loss stops
+    if fp16 and finite_steps > 0: bad = {}
     if bad:
         raise TrainError(f"step {rec['step']}: " + " and ".join(f"{k} is {v}" for k, v in bad.items())
                          + " (training diverged); stopped without writing a checkpoint. " + _last_good(run_dir, lr))
@@ -178,8 +186,9 @@ def _check_spike(rec, ref, spike, run_dir, lr):
     if not spike or rec.get("grad_norm_median") is None: return ref
     if ref is None or not math.isfinite(ref) or ref <= 0: return rec["grad_norm_median"]
     if rec["grad_norm_max"] > spike * ref:
-        raise TrainError(f"step {rec['step']}: grad norm {rec['grad_norm_max']:.4g} is {rec['grad_norm_max'] / ref:.3g}× the "
-                         f"first log window's median {ref:.4g} (training.grad_spike={spike:g}): training diverged or the "
+        raise TrainError(f"step {rec['step']}: grad norm {rec['grad_norm_max']:.4g} is "
+                         f"{rec['grad_norm_max'] / ref:.3g}× the first log window's median {ref:.4g} "
+                         f"(training.grad_spike={spike:g}): training diverged or the "
                          "compiled model went wrong; stopped without writing a checkpoint. " + _last_good(run_dir, lr))
     return ref
 
@@ -191,7 +200,8 @@ def _params_finite(model, ema) -> bool:
 
 # %% ../nbs/05_train.ipynb #79fb557c
 def cuda_fast_paths(T, device) -> str:
-    "`training.fast_cuda` on a CUDA device: TF32 for fp32 matmuls (convolutions use TF32 by default) and, unless the run is deterministic, `cudnn.benchmark`."
+    """`training.fast_cuda` on a CUDA device: TF32 for fp32 matmuls (convolutions use TF32 by default) and, unless the
+    run is deterministic, `cudnn.benchmark`."""
     if device.type != "cuda" or not OmegaConf.select(T, "fast_cuda", default=True): return ""
     torch.set_float32_matmul_precision("high")
     if not T.deterministic: torch.backends.cudnn.benchmark = True
@@ -227,7 +237,8 @@ def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext
     """One forward/backward of `eager` and of `compiled` (wrappers of `model`: DDP, `torch.compile`) on the same batch,
     weights and random draws; compares loss and total grad norm. Gradients are dropped after, weights, optimizer and
     the run's RNG streams are untouched. Under DDP every rank must call it; all get the same verdict."""
-    g = torch.Generator(device=batch["action"].device); g.manual_seed(seed)
+    g = torch.Generator(device=batch["action"].device)
+    g.manual_seed(seed)
     draws = model.draw(batch, g)
     figs = []
     for net in (eager, compiled):
@@ -239,14 +250,17 @@ def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext
     err = torch.maximum((figs[2] - figs[0]).abs() / figs[0].abs().clamp_min(1e-12),
                         (figs[3] - figs[1]).abs() / figs[1].abs().clamp_min(1e-12)).nan_to_num(float("inf")).reshape(1)
     if dist.is_initialized():
-        dist.all_reduce(err, op=dist.ReduceOp.MAX); dist.all_reduce(figs); figs /= dist.get_world_size()
+        dist.all_reduce(err, op=dist.ReduceOp.MAX)
+        dist.all_reduce(figs)
+        figs /= dist.get_world_size()
     f, e = figs.tolist(), err.item()
     return CompileCheck(e <= rtol, (f[0], f[2]), (f[1], f[3]), rtol, e)
 
 def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext, rtol=0.02, *, fallback=False,
                     seed=0, verbose=True):
     """`torch.compile(net, backend=backend)` once `compile_check` passes on `batch` → (the module to train, a note for
-    the banner). A mismatch raises `TrainError` naming both figures, or with `fallback` (compile: auto) returns `net`."""
+    the banner). A mismatch raises `TrainError` naming both figures, or with `fallback` (compile: auto) returns
+    `net`."""
     compiled = torch.compile(net, backend=compile_backend(backend))   # after DDP: dynamo splits graphs at its buckets
     chk = compile_check(model, net, compiled, batch, autocast, rtol, seed=seed)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
@@ -260,9 +274,15 @@ def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext,
 def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision, is_main):
     "`training.compile` for `train_worker`: the module to train and the banner's word on it."
     T = cfg.training
-    if not compile_wanted(T, device): return net, "eager" + (" (compile auto: CUDA only)" if T.compile == "auto" else "")
-    rtol = T.compile_check_rtol if OmegaConf.select(T, "compile_check_rtol") is not None else (0.02 if precision == "fp32" else 0.1)
-    batch = _to(train_ds.__getitems__(list(range(min(len(train_ds), batch_size)))), device)   # the run's shapes: no recompile
+    if not compile_wanted(T, device):
+        return net, "eager" + (" (compile auto: CUDA only)" if T.compile == "auto" else "")
+    rtol = (
+        T.compile_check_rtol
+        if OmegaConf.select(T, "compile_check_rtol") is not None
+        else (0.02 if precision == "fp32" else 0.1)
+    )
+    # the run's shapes: no recompile
+    batch = _to(train_ds.__getitems__(list(range(min(len(train_ds), batch_size)))), device)
     return compile_checked(model, net, T.compile_backend, batch, autocast, rtol, fallback=T.compile == "auto",
                             seed=int(T.seed), verbose=is_main)
 
@@ -271,7 +291,8 @@ class Trackers:
     """Rank 0's optional experiment trackers: TensorBoard events in the run folder itself (`logging.tensorboard`) and a
     Weights & Biases run (`logging.wandb.enable`, with the resolved config). Written at log steps only, from the record
     the loop has already read back: no extra host sync, nothing on the other ranks."""
-    SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "samples_per_s": "perf/samples_per_s",
+    SCALARS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
+               "samples_per_s": "perf/samples_per_s",
                "data_share": "perf/data_share", "step_time_s": "perf/step_time_s", "val_loss": "val/loss"}
 
     def __init__(self, cfg, run_dir: Path, purge_from=None):
@@ -279,13 +300,18 @@ class Trackers:
         self.tb = self.wandb = None
         if OmegaConf.select(L, "tensorboard", default=False):
             try: from torch.utils.tensorboard import SummaryWriter
-            except ImportError: raise TrainError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+            except ImportError:
+                raise TrainError(
+                    "logging.tensorboard=true needs the tensorboard package: pip install tensorboard"
+                ) from None
             # events in the run folder itself: `tensorboard --logdir runs/` lists each run by its folder's name
-            self.tb = SummaryWriter(str(run_dir), purge_step=purge_from, flush_secs=5)   # a resume drops the steps it replays
+            # a resume drops the steps it replays
+            self.tb = SummaryWriter(str(run_dir), purge_step=purge_from, flush_secs=5)
         W = OmegaConf.select(L, "wandb", default=None)
         if W is not None and W.enable:
             try: import wandb
-            except ImportError: raise TrainError("logging.wandb.enable=true needs the wandb package: pip install wandb") from None
+            except ImportError:
+                raise TrainError("logging.wandb.enable=true needs the wandb package: pip install wandb") from None
             self.wandb = wandb.init(project=W.project, entity=W.entity, mode=W.mode, dir=str(run_dir),
                                     name=run_dir.name, id=f"dpt-{run_dir.name}"[:64].replace("/", "-"), resume="allow",
                                     config=OmegaConf.to_container(cfg, resolve=True))
@@ -324,7 +350,8 @@ def _heartbeat(distributed, rank, world, run_dir, T):
     store = dist.distributed_c10d._get_default_store()
     beat = Heartbeat(store, rank, dump_dir=run_dir)
     timeout = OmegaConf.select(T, "stall_timeout_s", default="auto")
-    if not launched() and timeout is not None: beat.watches = [watch_in_rank(store, rank, world, timeout)]   # closed with the beat
+    # closed with the beat
+    if not launched() and timeout is not None: beat.watches = [watch_in_rank(store, rank, world, timeout)]
     return beat
 
 # %% ../nbs/05_train.ipynb #a4c9c682
@@ -338,7 +365,8 @@ def _rank_setup(cfg) -> _Run:
     rank, world, local = _rank_env()
     T = cfg.training
     use_cuda = torch.cuda.is_available() and T.device != "cpu"
-    if T.device == "cuda" and not torch.cuda.is_available(): raise TrainError("training.device=cuda but no CUDA GPU is visible")
+    if T.device == "cuda" and not torch.cuda.is_available():
+        raise TrainError("training.device=cuda but no CUDA GPU is visible")
     if use_cuda and not launched(): torch.cuda.set_device(local)
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
     distributed = world > 1 or dist.is_initialized()
@@ -349,7 +377,8 @@ def _rank_setup(cfg) -> _Run:
                                 device_id=device if use_cuda else None)
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:   # CPU ranks share the cores: don't oversubscribe
         torch.set_num_threads(cpu_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
-    torch.manual_seed(T.seed + rank); np.random.seed((T.seed + rank) % 2**32)
+    torch.manual_seed(T.seed + rank)
+    np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         if use_cuda: torch.backends.cudnn.benchmark = False
@@ -366,23 +395,28 @@ def _build(R):
     R.ds, R.train_ds, R.val_ds = R.loader.dataset, R.loader.train, R.loader.val
     R.steps_per_epoch = R.loader.batches // p.grad_accum
     if R.steps_per_epoch == 0:
-        raise TrainError(f"{D.zarr_path}: {len(R.train_ds)} training windows over {R.world} rank(s) give no full step of "
-                         f"{p.per_device_batch} × accum {p.grad_accum}; lower dataloader.batch_size")
+        raise TrainError(f"{D.zarr_path}: {len(R.train_ds)} training windows over {R.world} rank(s) give no full step "
+                         f"of {p.per_device_batch} × accum {p.grad_accum}; lower dataloader.batch_size")
     R.total = int(T.max_steps) if T.max_steps else int(T.num_epochs) * R.steps_per_epoch
     check_store_shapes(cfg, info)
-    norm = Normalizer.from_store(D.zarr_path, [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key])
+    norm = Normalizer.from_store(D.zarr_path,
+                                 [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key])
     R.model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(R.device)
     R.ema = make_ema(R.model, cfg.ema) if cfg.ema.enable else None
     R.params = list(R.model.parameters())
-    R.opt = _adamw(R.params, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps, weight_decay=cfg.optimizer.weight_decay)
+    R.opt = _adamw(R.params, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps,
+                   weight_decay=cfg.optimizer.weight_decay)
     R.sched = _schedule(R)
     R.autocast, R.scaler, R.precision = _amp(cfg, R.device)
-    R.gen = torch.Generator(device=R.device); R.gen.manual_seed(T.seed * 1000 + R.rank)
+    R.gen = torch.Generator(device=R.device)
+    R.gen.manual_seed(T.seed * 1000 + R.rank)
 
 def _schedule(R, last_epoch: int = -1):
-    "The LR schedule (diffusers' `get_scheduler`); `last_epoch=step - 1` continues one at `step` from the groups' `initial_lr`."
+    """The LR schedule (diffusers' `get_scheduler`); `last_epoch=step - 1` continues one at `step` from the groups'
+    `initial_lr`."""
     from diffusers.optimization import get_scheduler
-    return get_scheduler(R.T.lr_scheduler, R.opt, num_warmup_steps=R.p.warmup_steps, num_training_steps=R.total, last_epoch=last_epoch)
+    return get_scheduler(R.T.lr_scheduler, R.opt, num_warmup_steps=R.p.warmup_steps, num_training_steps=R.total,
+                         last_epoch=last_epoch)
 
 # %% ../nbs/05_train.ipynb #6ee3febc
 def restore(R):
@@ -393,7 +427,8 @@ def restore(R):
     where = latest_checkpoint(R.run_dir)
     ck = load_checkpoint(where)
     load_weights(R.model, ck["model"], where / "model.safetensors")
-    if R.ema is not None: load_weights(R.ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
+    if R.ema is not None:
+        load_weights(R.ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
     s, ours = ck["state"], "scheduler" in ck["state"]
     if "optimizer" not in s:   # an imported checkpoint (interop): weights only, training starts at step 0
         if R.ema is not None: R.ema.n_averaged = 1
@@ -415,7 +450,9 @@ def restore(R):
     if ours and int(s["world_size"]) == R.world: R.gen.set_state(s["noise_rng"][R.rank])
     else: R.gen.manual_seed(R.T.seed * 1000 + R.rank + 7919 * R.step)   # new world size: fresh, still seeded, streams
     if "torch_rng" in s: torch.set_rng_state(s["torch_rng"])
-    if not ours and R.is_main: print(f"resume: imported checkpoint at global step {R.step}, epoch {R.epoch}, with its optimizer state", flush=True)
+    if not ours and R.is_main:
+        print(f"resume: imported checkpoint at global step {R.step}, epoch {R.epoch}, with its optimizer state",
+              flush=True)
 
 # %% ../nbs/05_train.ipynb #137467ff
 def _wrap(R):
@@ -425,36 +462,47 @@ def _wrap(R):
         # buffers here are the normalizer's constants, equal on every rank: broadcasting them before each forward (DDP's
         # default) would add a collective per step; models with BatchNorm statistics keep it
         bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in R.model.modules())
-        R.net = DDP(R.net, device_ids=[R.device.index] if R.use_cuda else None, find_unused_parameters=R.cfg.ddp.find_unused_parameters,
+        R.net = DDP(R.net, device_ids=[R.device.index] if R.use_cuda else None,
+                    find_unused_parameters=R.cfg.ddp.find_unused_parameters,
                     bucket_cap_mb=R.cfg.ddp.bucket_cap_mb, **_buffer_sync(bn))
     R.fast = cuda_fast_paths(R.T, R.device)
-    R.net, R.compiled = _compile(R.cfg, R.model, R.net, R.train_ds, R.p.per_device_batch, R.device, R.autocast, R.precision, R.is_main)
+    R.net, R.compiled = _compile(R.cfg, R.model, R.net, R.train_ds, R.p.per_device_batch, R.device, R.autocast,
+                                 R.precision, R.is_main)
 
 def _open_run(R, resume):
     "Rank 0 writes config.yaml (with every rank's host, pid and device), opens the log and trackers, prints the banner."
     ranks = [dict(device=str(R.device), host=socket.gethostname(), pid=os.getpid())]   # which process is which rank
-    if R.distributed: me, ranks = ranks[0], [None] * R.world; dist.all_gather_object(ranks, me)
+    if R.distributed:
+        me, ranks = ranks[0], [None] * R.world
+        dist.all_gather_object(ranks, me)
     R.log_f = R.trackers = None
     if R.is_main:
         rd, p, ds = R.run_dir, R.p, R.ds
         if rd.exists() and (rd / "logs.jsonl").exists() and not resume and R.T.resume != "auto":
-            raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose another folder")
+            raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose "
+                             "another folder")
         rd.mkdir(parents=True, exist_ok=True)
         (rd / "STOP").unlink(missing_ok=True)   # a stop request is for the run that was going when it was made
         backend = dist.get_backend() if R.distributed else None
-        meta = dict(world_size=R.world, devices=[r["device"] for r in ranks], ranks=ranks, backend=backend, plan=p.__dict__,
+        meta = dict(world_size=R.world, devices=[r["device"] for r in ranks], ranks=ranks, backend=backend,
+                    plan=p.__dict__,
                     precision=R.precision, versions=_versions(), resumed_from=R.step if resume else None,
                     compile=R.compiled, cuda_fast_paths=R.fast or None)
-        (rd / "config.yaml").write_text(OmegaConf.to_yaml(R.cfg) + "\n# run\n" + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
+        (rd / "config.yaml").write_text(OmegaConf.to_yaml(R.cfg) + "\n# run\n"
+                                        + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
         R.log_f = open(rd / "logs.jsonl", "a", buffering=1)
         R.trackers = Trackers(R.cfg, rd, R.step + 1 if resume else None)
-        print(f"dptoolkit train | world {R.world} | ranks 0-{R.world - 1} | device {R.device.type} | backend {backend or 'none'} "
-              f"| batch {p.per_device_batch}/device × {R.world} × accum {p.grad_accum} = {p.effective_batch} | lr {p.lr:g} "
-              f"({p.lr_scaling} ×{p.lr_factor:g}) | {R.precision}" + (f" + {R.fast}" if R.fast else "")
+        print(f"dptoolkit train | world {R.world} | ranks 0-{R.world - 1} | device {R.device.type} | backend "
+              f"{backend or 'none'} | batch {p.per_device_batch}/device × {R.world} × accum {p.grad_accum} = "
+              f"{p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {R.precision}"
+              + (f" + {R.fast}" if R.fast else "")
               + f" | {R.compiled} | steps {R.step}→{R.total} | "
-              + (f"{torch.get_num_threads()} thread(s)/rank × {R.world} on {_cores()} cores | " if not R.use_cuda else "")
-              + f"{len(R.train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped else "")
-              + f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "") + (f" ({ds.note})" if ds.note else "")
+              + (f"{torch.get_num_threads()} thread(s)/rank × {R.world} on {_cores()} cores | " if not R.use_cuda
+                 else "")
+              + f"{len(R.train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped
+                                                else "")
+              + f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "")
+              + (f" ({ds.note})" if ds.note else "")
               + f", {R.steps_per_epoch} steps/epoch | run {rd}", flush=True)
     if R.distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
@@ -462,13 +510,17 @@ def _save(R):
     "A checkpoint at `R.step` (every rank's noise stream gathered; rank 0 writes); never one of non-finite weights."
     R.beat.phase = "save"
     if R.T.on_nonfinite == "stop" and not _params_finite(R.model, R.ema):
-        raise TrainError(f"step {R.step}: the model's weights are not finite (training diverged); no checkpoint was written. "
+        raise TrainError(f"step {R.step}: the model's weights are not finite (training diverged); no checkpoint was "
+                         "written. "
                          + _last_good(R.run_dir, R.p.lr))
     states = [R.gen.get_state()]
-    if R.distributed: states = [None] * R.world; dist.all_gather_object(states, R.gen.get_state())
+    if R.distributed:
+        states = [None] * R.world
+        dist.all_gather_object(states, R.gen.get_state())
     if R.is_main:
         ema = R.ema
-        state = dict(optimizer=R.opt.state_dict(), scheduler=R.sched.state_dict(), scaler=R.scaler.state_dict() if R.scaler else {},
+        state = dict(optimizer=R.opt.state_dict(), scheduler=R.sched.state_dict(),
+                     scaler=R.scaler.state_dict() if R.scaler else {},
                      step=R.step, epoch=R.epoch, step_in_epoch=R.step_in_epoch, world_size=R.world, noise_rng=states,
                      torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0,
                      grad_norm_ref=R.gref)
@@ -482,28 +534,39 @@ class _Window:
     def __init__(self, R):
         self.L, self.threads = int(R.T.log_every), torch.get_num_threads()
         self.buf = torch.zeros(7 + self.L + R.world, dtype=torch.float64, device=R.device)
-        self.t_start = time.perf_counter(); self.val_s = 0.0
+        self.t_start = time.perf_counter()
+        self.val_s = 0.0
         self.reset()
 
     def reset(self):
-        self.buf.zero_(); self.n, self.data_wait = 0, 0.0   # steps in the window (host count); host seconds waiting for data
+        self.buf.zero_()
+        self.n, self.data_wait = 0, 0.0   # steps in the window (host count); host seconds waiting for data
         self.t, self.cpu = time.perf_counter(), time.process_time()
 
     def add(self, loss, gn):
         b = self.buf
-        b[0] += loss; b[1] += gn; b[3] += 1; b[5] += torch.isfinite(loss)
-        b[6] = torch.maximum(b[6], gn); b[7 + self.n] = gn; self.n += 1
+        b[0] += loss
+        b[1] += gn
+        b[3] += 1
+        b[5] += torch.isfinite(loss)
+        b[6] = torch.maximum(b[6], gn)
+        b[7 + self.n] = gn
+        self.n += 1
 
 def log_step(R, W, stop, val_due):
     "At a log step: reduce the window, write the record (rank 0), check finiteness and spikes, agree on a stop."
     b, world = W.buf, R.world
-    b[2] = W.data_wait; b[4] = float(stop.received is not None or R.is_main and (R.run_dir / "STOP").exists())
+    b[2] = W.data_wait
+    b[4] = float(stop.received is not None or R.is_main and (R.run_dir / "STOP").exists())
     b[7 + W.L + R.rank] = (time.process_time() - W.cpu) / max(time.perf_counter() - W.t, 1e-9) / W.threads
     R.beat.phase = "log"
     if R.distributed: dist.all_reduce(b)   # the one collective of a log step: metrics and stop votes together
     w = b.tolist()                         # the one host read of a log step (waits for the queued work)
     now = time.perf_counter()
-    n = max(w[3], 1); wall = now - W.t; steps = n / world; eb = R.p.effective_batch
+    n = max(w[3], 1)
+    wall = now - W.t
+    steps = n / world
+    eb = R.p.effective_batch
     norms = sorted(v / world for v in w[7:7 + W.n])
     rec = dict(step=R.step, epoch=R.epoch, loss=w[0] / n, lr=R.sched.get_last_lr()[0], grad_norm=w[1] / n,
                grad_norm_max=w[6] / world, grad_norm_median=norms[len(norms) // 2] if norms else None,
@@ -511,17 +574,21 @@ def log_step(R, W, stop, val_due):
                step_time_s=wall / steps, data_time_s=w[2] / n, compute_time_s=max(0.0, wall / steps - w[2] / n),
                wall_s=now - W.t_start, time=time.time())
     cpu = w[7 + W.L:]
-    rec.update(train_s=rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu), cpu_share_rank=cpu.index(min(cpu)),
+    rec.update(train_s=rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu),
+               cpu_share_rank=cpu.index(min(cpu)),
                load=os.getloadavg()[0] / _cores())
     if R.is_main:
         if val_due:   # validation time is kept out of both timing windows (and out of train_s)
-            t_val = time.perf_counter(); R.beat.phase = "val"
+            t_val = time.perf_counter()
+            R.beat.phase = "val"
             rec["val_loss"] = _val_loss(R.ema.module if R.ema is not None else R.model, R.val_ds, R.p.per_device_batch,
                                         R.device, R.autocast, R.T.seed)
             W.val_s += time.perf_counter() - t_val
-        R.log_f.write(strict_json(rec) + "\n"); R.trackers.log(rec)
+        R.log_f.write(strict_json(rec) + "\n")
+        R.trackers.log(rec)
         if not progress(step=R.step, total=R.total, loss=rec["loss"], samples_per_s=round(rec["samples_per_s"], 1)):
-            print(f"step {R.step}/{R.total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} samples/s", flush=True)
+            print(f"step {R.step}/{R.total} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | {rec['samples_per_s']:.1f} "
+                  "samples/s", flush=True)
     if R.T.on_nonfinite == "stop":
         _check_finite(rec, w[5], R.scaler is not None, R.run_dir, R.p.lr)
         R.gref = _check_spike(rec, R.gref, OmegaConf.select(R.T, "grad_spike", default=None), R.run_dir, R.p.lr)
@@ -535,26 +602,32 @@ def _finish(R, W) -> dict | None:
     "After the last step: rank 0 writes result.json (with the EMA model's validation loss) and releases the folder."
     result = None
     if R.stopping and R.is_main:
-        print(f"stopped by {R.stopping} at step {R.step}/{R.total}: checkpoint {R.run_dir / 'checkpoints' / f'step_{R.step:06d}'}; "
-              f"resume with training.resume=auto (dpt train --resume)", flush=True)
+        print(f"stopped by {R.stopping} at step {R.step}/{R.total}: checkpoint "
+              f"{R.run_dir / 'checkpoints' / f'step_{R.step:06d}'}; resume with training.resume=auto (dpt train "
+              "--resume)", flush=True)
     if R.is_main:
         last = R.last_log
         result = dict(steps=R.step, epochs=R.epoch, world_size=R.world, final_loss=last["loss"] if last else None,
                       samples_per_s=last["samples_per_s"] if last else None, wall_s=time.perf_counter() - W.t_start,
-                      run_dir=str(R.run_dir), effective_batch=R.p.effective_batch, lr=R.p.lr, completed=R.step >= R.total,
+                      run_dir=str(R.run_dir), effective_batch=R.p.effective_batch, lr=R.p.lr,
+                      completed=R.step >= R.total,
                       stopped_by=R.stopping)
         if len(R.val_ds) and R.ema is not None:
-            result["val_loss_ema"] = _val_loss(R.ema.module, R.val_ds, R.p.per_device_batch, R.device, R.autocast, R.T.seed)
+            result["val_loss_ema"] = _val_loss(R.ema.module, R.val_ds, R.p.per_device_batch, R.device, R.autocast,
+                                               R.T.seed)
         tmp = R.run_dir / ".result.tmp"
-        tmp.write_text(strict_json(result, indent=1)); os.replace(tmp, R.run_dir / "result.json")
-        R.log_f.close(); R.trackers.close(result)
+        tmp.write_text(strict_json(result, indent=1))
+        os.replace(tmp, R.run_dir / "result.json")
+        R.log_f.close()
+        R.trackers.close(result)
         unlock_run(R.run_dir)
     if R.distributed: dist.barrier()
     return result
 
 # %% ../nbs/05_train.ipynb #f52200bf
 def train_worker(cfg) -> dict:
-    "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and returns metrics."
+    """Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and
+    returns metrics."""
     R = _rank_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
     T, p = R.T, R.p
     _build(R)
@@ -564,17 +637,30 @@ def train_worker(cfg) -> dict:
     if resume: restore(R)
     _wrap(R)
     _open_run(R, resume)
-    R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # progress and phase for the stall watchdog
+    # progress and phase for the stall watchdog
+    R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)
     stop = StopSignal(T.stop_signals)                # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
     try:
         W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
-        net, model, gen, opt, sched, scaler, ema, device = R.net, R.model, R.gen, R.opt, R.sched, R.scaler, R.ema, R.device
+        net, model, gen, opt, sched, scaler, ema, device = (
+            R.net,
+            R.model,
+            R.gen,
+            R.opt,
+            R.sched,
+            R.scaler,
+            R.ema,
+            R.device,
+        )
         while R.step < R.total and not R.stopping:
-            R.loader.set_epoch(R.epoch, skip_batches=R.skip_steps * p.grad_accum); R.skip_steps = 0
+            R.loader.set_epoch(R.epoch, skip_batches=R.skip_steps * p.grad_accum)
+            R.skip_steps = 0
             micro, loss_acc = 0, 0.0
-            t_data = time.perf_counter(); beat.phase = "data"
+            t_data = time.perf_counter()
+            beat.phase = "data"
             for batch in R.loader:
-                W.data_wait += time.perf_counter() - t_data; beat.phase = "step"
+                W.data_wait += time.perf_counter() - t_data
+                beat.phase = "step"
                 batch = _to(batch, device)
                 micro += 1
                 last = micro % p.grad_accum == 0
@@ -584,34 +670,50 @@ def train_worker(cfg) -> dict:
                     (scaler.scale(loss) if scaler else loss).backward()
                 loss_acc = loss_acc + loss.detach()
                 if not last:
-                    t_data = time.perf_counter(); beat.phase = "data"; continue
+                    t_data = time.perf_counter()
+                    beat.phase = "data"
+                    continue
                 if scaler: scaler.unscale_(opt)
                 gn = _grad_norm(R.params, T.grad_clip)
-                if scaler: scaler.step(opt); scaler.update()
+                if scaler:
+                    scaler.step(opt)
+                    scaler.update()
                 else: opt.step()
-                opt.zero_grad(set_to_none=True); sched.step()
+                opt.zero_grad(set_to_none=True)
+                sched.step()
                 if ema is not None: ema.update_parameters(model)
-                R.step += 1; R.step_in_epoch += 1; beat.progress = R.step
-                W.add(loss_acc, gn.detach().double()); loss_acc = 0.0
-                val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch and (R.epoch + 1) % T.val_every == 0
+                R.step += 1
+                R.step_in_epoch += 1
+                beat.progress = R.step
+                W.add(loss_acc, gn.detach().double())
+                loss_acc = 0.0
+                val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch
+                           and (R.epoch + 1) % T.val_every == 0
                            and len(R.val_ds) > 0)
                 if R.step % T.log_every == 0 or R.step == R.total or val_due: log_step(R, W, stop, val_due)
                 if T.checkpoint_every and R.step % T.checkpoint_every == 0 and R.step < R.total: _save(R)
                 if R.step >= R.total or R.step_in_epoch >= R.steps_per_epoch or R.stopping: break
-                t_data = time.perf_counter(); beat.phase = "data"
-            if R.step_in_epoch >= R.steps_per_epoch: R.epoch += 1; R.step_in_epoch = 0
+                t_data = time.perf_counter()
+                beat.phase = "data"
+            if R.step_in_epoch >= R.steps_per_epoch:
+                R.epoch += 1
+                R.step_in_epoch = 0
         _save(R)
     finally:   # also on an error: no heartbeat thread may outlive the process group
-        stop.restore(); beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
+        stop.restore()
+        beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
     return _finish(R, W)
 
 # %% ../nbs/05_train.ipynb #b430eeb9
 @torch.no_grad()
 def _val_loss(model, ds, bs, device, autocast, seed, max_batches=10):
-    g = torch.Generator(device=device); g.manual_seed(seed)
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
     losses = []
     for i in range(0, min(len(ds), bs * max_batches), bs):
-        with autocast(): losses.append(model.compute_loss(_to(ds.__getitems__(list(range(i, min(i + bs, len(ds))))), device), g).item())
+        with autocast():
+            losses.append(model.compute_loss(_to(ds.__getitems__(list(range(i, min(i + bs, len(ds))))), device),
+                                             g).item())
     return float(np.mean(losses))
 
 # %% ../nbs/05_train.ipynb #a870806c
@@ -647,11 +749,14 @@ class BackgroundRun:
         from dptoolkit.launch import LaunchError
         import subprocess
         try: code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired: raise TimeoutError(f"{self.run_dir}: still training after {timeout} s") from None
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{self.run_dir}: still training after {timeout} s") from None
         if code != 0:
             lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
-            err = next((l for l in reversed(lines) if l.startswith("dpt: error")), lines[-1] if lines else f"exit code {code}")
-            raise LaunchError(f"background run {self.run_dir} failed (exit {code}): {err.removeprefix('dpt: error: ')}; output in {self.log}")
+            err = next((l for l in reversed(lines) if l.startswith("dpt: error")),
+                       lines[-1] if lines else f"exit code {code}")
+            raise LaunchError(f"background run {self.run_dir} failed (exit {code}): "
+                              f"{err.removeprefix('dpt: error: ')}; output in {self.log}")
         return RunResult(self.run_dir, json.loads((self.run_dir / "result.json").read_text()))
 
     def __repr__(self):
@@ -661,14 +766,17 @@ class BackgroundRun:
 def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
     import subprocess
     rd.mkdir(parents=True, exist_ok=True)
-    conf = rd / ".background-config.yaml"; conf.write_text(OmegaConf.to_yaml(cfg))
+    conf = rd / ".background-config.yaml"
+    conf.write_text(OmegaConf.to_yaml(cfg))
     cmd = [sys.executable, "-m", "dptoolkit.cli", "train", "--config", str(conf), "--out", str(rd), "--no-progress"]
-    cmd += ["--gpu-ids", ",".join(map(str, dev.ids))] if dev.kind == "cuda" and dev.ids else ["--nprocs", str(dev.nprocs)]
+    cmd += ["--gpu-ids",
+            ",".join(map(str, dev.ids))] if dev.kind == "cuda" and dev.ids else ["--nprocs", str(dev.nprocs)]
     if backend: cmd += ["--backend", backend]
     log = rd / "background.log"
     env = {**os.environ, "DPT_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
     with open(log, "w") as out:   # a new session: a kernel interrupt (SIGINT to the kernel) does not reach the run
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
     return BackgroundRun(rd, proc, log)
 
 # %% ../nbs/05_train.ipynb #da085d57
@@ -679,7 +787,8 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     from dptoolkit.config import apply_overrides, resolve_devices
     if nprocs is not None and (not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1):
         raise TrainError(f"nprocs={nprocs!r}: must be an integer ≥ 1 (or None: every visible GPU, else 1 CPU process)")
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg)); OmegaConf.set_struct(cfg, True)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
+    OmegaConf.set_struct(cfg, True)
     apply_overrides(cfg, overrides)
     want_cpu = cfg.training.device == "cpu"
     dev = resolve_devices(num_gpus=nprocs, gpu_ids=gpu_ids, visible=0 if want_cpu else None)
@@ -691,13 +800,16 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     make_plan(cfg, dev.nprocs)                      # refuse an impossible plan before starting processes
     if cfg.task.dataset.zarr_path: check_store_shapes(cfg, describe(cfg.task.dataset.zarr_path))
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
-    check_run_dir(rd, cfg.training.resume)         # read-only, busy or mismatched folders: refused before any process starts
+    check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
     if at is not None and at == cfg.training.max_steps and (rd / "result.json").exists():   # resume=auto, nothing left
-        print(f"train: {rd} already finished at step {at} = training.max_steps; nothing to train (raise it to continue)")
+        print(
+            f"train: {rd} already finished at step {at} = training.max_steps; nothing to train (raise it to continue)"
+        )
         return RunResult(rd, json.loads((rd / "result.json").read_text()))
     if not wait: return _start_background(cfg, rd, dev, backend)
-    prepare_cache(cfg, progress=progress)           # storage mmap: the machine's decoded cache, built once, with a progress bar here
+    # storage mmap: the machine's decoded cache, built once, with a progress bar here
+    prepare_cache(cfg, progress=progress)
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,
