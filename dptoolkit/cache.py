@@ -111,13 +111,15 @@ class DecodedCache:
     nothing that is used later."""
     block_bytes = 64 << 20
 
-    def __init__(self, store, cache_dir=None):
-        self.store = Path(store).resolve()
+    def __init__(self, store, cache_dir=None, info=None):
+        self.store, self.described = Path(store).resolve(), info
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.identity = store_identity(self.store)
         self.dir = self.cache_dir / f"{self.store.name.removesuffix('.zarr')}-{self.identity}"
 
-    def _info(self): return describe(self.store)
+    def _info(self):
+        if self.described is None: self.described = describe(self.store)   # once per cache object
+        return self.described
 
     def file(self, key) -> Path: return self.dir / f"{key}.npy"
 

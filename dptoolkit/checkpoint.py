@@ -59,6 +59,7 @@ def _tensor_bytes(obj) -> int:
     if isinstance(obj, (list, tuple)): return sum(_tensor_bytes(v) for v in obj)
     return 0
 
+# %% ../nbs/04b_checkpoint.ipynb #f23428cf
 def latest_checkpoint(run_dir) -> Path:
     "The folder `checkpoints/latest` names; `TrainError` if there is none."
     ck = Path(run_dir) / "checkpoints"

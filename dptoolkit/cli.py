@@ -62,6 +62,7 @@ def cmd_inspect(a):
             )
         )
 
+# %% ../nbs/08_cli.ipynb #9513f406
 def cmd_cache(a):
     if not (a.store or a.list or a.clear): raise CLIError("dpt cache: give a STORE to cache, or --list / --clear")
     from dptoolkit.cache import DecodedCache, cache_clear, cache_list, default_cache_dir
@@ -126,6 +127,7 @@ def count0(text: str) -> int:
     "argparse type: an integer ≥ 0."
     return _at_least(text, 0)
 
+# %% ../nbs/08_cli.ipynb #3f32ea0d
 def _scheduler_env():
     """torchrun's variables, or an srun step's mapped to them (launch.rank_env); sets them in os.environ. None: a plain
     process."""
@@ -212,6 +214,7 @@ def cmd_eval(a):
         fig.savefig(a.output, dpi=110)
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
+# %% ../nbs/08_cli.ipynb #68b830b2
 def cmd_sim_data(a):
     from dptoolkit.sim import make_demos
     size = tuple(int(v) for v in a.size.lower().split("x"))

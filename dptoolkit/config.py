@@ -95,6 +95,7 @@ _RANGES = {
 _HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
 _MISSING = object()
 
+# %% ../nbs/02_config.ipynb #ea7d3462
 def _check_range(key, v, rule):
     "One clear line for a number of the wrong type or out of its range (checked before any process starts)."
     kind, lo, hi, lo_in, nullable = rule
@@ -169,6 +170,7 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
     check_config(cfg)
     return cfg
 
+# %% ../nbs/02_config.ipynb #713efe47
 def check_config(cfg: DictConfig):
     "Check values with a fixed set of choices, and a few numbers that must be positive."
     for key, choices in _CHOICES.items():

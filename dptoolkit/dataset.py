@@ -18,9 +18,9 @@ from .cache import (CacheError, ChunkCache, DataError, DecodedCache, cache_clear
 from .store import StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store, read_chunk_rows
 
 # %% auto #0
-__all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'shard_episodes', 'SequenceDataset', 'shard_bytes',
-           'ResumableSampler', 'prefetch', 'RankLoader', 'config_storage', 'num_workers_for', 'prepare_cache',
-           'rank_loader']
+__all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'storage_plan', 'shard_episodes', 'SequenceDataset',
+           'shard_bytes', 'ResumableSampler', 'prefetch', 'RankLoader', 'config_storage', 'num_workers_for',
+           'prepare_cache', 'rank_loader']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -55,6 +55,12 @@ def resolve_storage(storage: str, nbytes: int, cache_dir=None, small_bytes: int 
     if os.access(existing_parent(folder), os.W_OK): return "mmap", ""
     return "chunks", (f"storage auto: the cache folder {folder} is not writable, reading compressed chunks (slow for "
                       "camera data; set task.dataset.cache_dir or $DPT_CACHE_DIR)")
+
+def storage_plan(storage: str, nbytes: int, cache_dir=None, small_bytes: int = 256 << 20) -> tuple:
+    """(mode, host, note): the storage rule in one place. `mode` is `storage` with `auto` resolved; `host` is where
+    host reads come from -- the mode itself, or for `device` what `auto` picks (its shard is copied from there)."""
+    mode, note = resolve_storage(storage, nbytes, cache_dir, small_bytes)
+    return mode, (mode if mode != "device" else resolve_storage("auto", nbytes, cache_dir, small_bytes)[0]), note
 
 def shard_episodes(lengths, world: int) -> list:
     """A fixed split of episodes over `world` ranks, balanced by steps: longest first, each to the lightest rank (the
@@ -93,17 +99,17 @@ class SequenceDataset(torch.utils.data.Dataset):
     `storage` says where the rows come from: `memory` (a private decoded copy), `mmap` (the machine's decoded cache,
     shared by every process), `chunks` (compressed zarr chunks through a small LRU cache), `device` (as `mmap`/`memory`
     until `shard(rank, world, device)` moves a rank's share of the episodes onto its device), or `auto`
-    (`resolve_storage`)."""
+    (`storage_plan`). `info`: the store's `describe`, where the caller has it."""
     small_bytes = 256 << 20
 
     def __init__(self, store, horizon: int = 8, n_obs_steps: int = 2, pad_before: int = 0, pad_after: int = 0,
                  keys=("state",), action_key: str = "action", episodes=None, tasks=None, storage: str = "auto",
-                 cache_dir=None, progress: bool = False):
+                 cache_dir=None, progress: bool = False, info=None):
         self.path, self.horizon, self.n_obs_steps = str(store), int(horizon), int(n_obs_steps)
         self.pad_before, self.pad_after = pad_before, pad_after
         self.keys, self.action_key = list(keys), action_key
         if self.n_obs_steps > self.horizon: raise ValueError(f"n_obs_steps={n_obs_steps} exceeds horizon={horizon}")
-        info = describe(store)
+        info = info or describe(store)   # a caller that has described the store passes it on
         for k in self.keys + [action_key]:
             if k not in info.arrays: raise StoreError(f"{store}: no data/{k} (it has {', '.join(info.keys)})")
         g = open_store(store)
@@ -129,17 +135,13 @@ class SequenceDataset(torch.utils.data.Dataset):
                              f"(horizon {self.horizon}, pad_before {pad_before}, pad_after {pad_after}); the longest "
                              f"of the {len(self.episodes)} episode(s) has {int(lens.max())}")
         needed = self.keys + [action_key]
+        self._info = info
         self.nbytes = sum(info.arrays[k].nbytes for k in needed)
         self.shapes = {k: tuple(info.arrays[k].shape[1:]) for k in needed}
         self.dtypes = {k: np.dtype(info.arrays[k].dtype) for k in needed}
-        self.storage, self.note = resolve_storage(storage, self.nbytes, cache_dir, self.small_bytes)
+        self.storage, host, self.note = storage_plan(storage, self.nbytes, cache_dir, self.small_bytes)
         self.cache_dir, self.cache, self.device, self.pin, self.populating = cache_dir, None, None, False, None
         self._buffers = _Buffers()
-        host = (
-            self.storage
-            if self.storage != "device"
-            else resolve_storage("auto", self.nbytes, cache_dir, self.small_bytes)[0]
-        )
         self._open(host, needed, progress)
         # a NaN in the data would poison the normalizer and every loss: checked on the decoded rows where there are some
         check_finite(self.path, needed, None if isinstance(self._src, ChunkCache) else self._src)
@@ -155,7 +157,7 @@ class SequenceDataset(torch.utils.data.Dataset):
             self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0,
                                                        g[f"data/{k}"].shape[0])) for k in needed}
         elif host == "mmap":
-            self.cache = DecodedCache(self.path, self.cache_dir).build(needed, progress=progress)
+            self.cache = DecodedCache(self.path, self.cache_dir, info=self._info).build(needed, progress=progress)
             self._src = {k: self.cache.open(k) for k in needed}
             self.populating = populate(self._src.values())     # a thread; join it to wait
         else:
@@ -398,13 +400,14 @@ class RankLoader:
 # %% ../nbs/03_dataset.ipynb #dc80f140
 def _needed(cfg) -> list: return list(cfg.task.dataset.obs_keys) + [cfg.task.dataset.action_key]
 
-def config_storage(cfg) -> str:
-    "`task.dataset.storage`, reading `in_memory: true/false` of configs written by earlier versions."
+def config_storage(cfg, training: bool = True) -> str:
+    """`task.dataset.storage`, reading `in_memory: true/false` of configs written by earlier versions. Outside training
+    (`training=False`: evaluation, export) a `device` shard is a training layout: `auto` instead."""
     D = cfg.task.dataset
     storage = D.get("storage", "auto") or "auto"
     legacy = D.get("in_memory", "auto")
     if storage == "auto" and legacy in (True, False): return "memory" if legacy else "chunks"
-    return storage
+    return "auto" if storage == "device" and not training else storage
 
 def num_workers_for(num_workers, storage: str) -> int:
     """`dataloader.num_workers: auto` → 2 worker processes for `chunks` (decoding is CPU work), 0 otherwise (a prefetch
@@ -412,22 +415,22 @@ def num_workers_for(num_workers, storage: str) -> int:
     if num_workers in ("auto", None): return 2 if storage == "chunks" else 0
     return int(num_workers)
 
-def prepare_cache(cfg, progress: bool = True):
+def prepare_cache(cfg, progress: bool = True, info=None):
     """Build the decoded cache a run will use (storage `mmap`, or `device` read through it) before ranks start; `None`
-    if none is used."""
+    if none is used. `info`: the store's `describe`, where the caller has it."""
     D = cfg.task.dataset
     if not D.zarr_path: return None
-    info = describe(D.zarr_path)
-    storage, nbytes = config_storage(cfg), sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
-    mode = resolve_storage(storage if storage != "device" else "auto", nbytes, D.get("cache_dir"),
-                           SequenceDataset.small_bytes)[0]
-    if mode != "mmap": return None
-    return DecodedCache(D.zarr_path, D.get("cache_dir")).build(_needed(cfg), progress=progress)
+    info = info or describe(D.zarr_path)
+    nbytes = sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
+    host = storage_plan(config_storage(cfg), nbytes, D.get("cache_dir"), SequenceDataset.small_bytes)[1]
+    if host != "mmap": return None
+    return DecodedCache(D.zarr_path, D.get("cache_dir"), info=info).build(_needed(cfg), progress=progress)
 
 def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size: int | None = None,
-                progress: bool | None = None) -> RankLoader:
+                progress: bool | None = None, info=None) -> RankLoader:
     """The data side of `train_worker` in one call: the dataset in the configured storage, its (train, val) split by
-    episode, this rank's shard for `storage=device`, and the loader. The loader carries `.dataset`, `.train`, `.val`."""
+    episode, this rank's shard for `storage=device`, and the loader. The loader carries `.dataset`, `.train`, `.val`.
+    `info`: the store's `describe`, where the caller has it (`train_worker` describes the store once)."""
     from .config import plan
     D, L = cfg.task.dataset, cfg.dataloader
     if not D.zarr_path: raise DataError("task.dataset.zarr_path is not set (dpt train --data PATH)")
@@ -436,7 +439,8 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
     ds = SequenceDataset(D.zarr_path, cfg.horizon, cfg.n_obs_steps, cfg.pad_before, cfg.pad_after,
                          keys=list(D.obs_keys),
                          action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, storage=config_storage(cfg),
-                         cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress)
+                         cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress,
+                         info=info)
     train, val = ds.split(D.val_ratio, D.split_seed)
     B = int(batch_size or plan(cfg, world).per_device_batch)
     seed = int(cfg.training.seed)

@@ -133,6 +133,33 @@ def _hold_key(policy, ds, adim):
     return "state" if "state" in keys else (keys[0] if keys else None)
 
 # %% ../nbs/12_evaluate.ipynb #71991932
+def _predict(policy, ds, idx, batch_size, gen, n_steps, hk, progress):
+    """The policy's action chunks for windows `idx` of `ds`, the true ones, and the joint state `hk` held over the
+    chunk (the "hold" baseline; `None` without `hk`), as float64 arrays (windows, n_action_steps, D)."""
+    from tqdm.auto import tqdm
+    To, Ta, device = policy.n_obs_steps, policy.n_action_steps, gen.device
+    preds, trues, holds = [], [], []
+    for i in tqdm(range(0, len(idx), batch_size), desc="evaluate", unit="batch", disable=not progress):
+        b = ds.__getitems__(idx[i:i + batch_size])
+        obs = {k: v.to(device, non_blocking=True) for k, v in b["obs"].items()}
+        out = policy.predict_action(obs, generator=gen, num_inference_steps=n_steps)["action"]
+        preds.append(out.float().cpu().numpy())
+        trues.append(b["action"][:, To - 1:To - 1 + Ta].numpy())
+        if hk: holds.append(np.repeat(b["obs"][hk][:, To - 1:To].numpy(), Ta, axis=1))
+    hold = np.concatenate(holds).astype(np.float64) if hk else None
+    return np.concatenate(preds).astype(np.float64), np.concatenate(trues).astype(np.float64), hold
+
+def _score(pred, true, base, mask):
+    "MSE and MAE over the scored steps, for the policy and each baseline: (table, per-dimension columns)."
+    table, per_dim = {}, {}
+    for name, p in [("policy", pred), *[(b, base[b]) for b in ("hold", "mean") if b in base]]:
+        err = (p - true)[mask]                                            # (scored steps, D)
+        table[name] = dict(mse=float((err ** 2).mean()), mae=float(np.abs(err).mean()))
+        per_dim[f"{name}_mse"] = (err ** 2).mean(0)
+        per_dim[f"{name}_mae"] = np.abs(err).mean(0)
+    return table, per_dim
+
+# %% ../nbs/12_evaluate.ipynb #1f754afe
 def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
              sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
              progress: bool = True) -> EvalResult:
@@ -142,7 +169,7 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     from dptoolkit.checkpoint import TrainError, check_store_shapes
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if isinstance(run, DiffusionPolicy):
-        policy, cfg = run.to(device).eval(), None
+        policy, cfg, info = run.to(device).eval(), None, None
         if store is None: raise EvalError("evaluating a policy object needs store= (a replay-buffer zarr store)")
         split = split or "all"
         if split != "all":
@@ -156,16 +183,16 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
         split = split or "val"
         D = cfg.task.dataset
         keys, action_key, pads = list(D.obs_keys), D.action_key, (cfg.pad_before, cfg.pad_after)
-        try: check_store_shapes(cfg, describe(store))
+        info = describe(store)
+        try: check_store_shapes(cfg, info)
         except TrainError as e: raise EvalError(f"{e}; evaluate on a store with the run's dimensions") from None
         run_name = str(run)
     if split not in ("val", "train", "all"): raise EvalError(f"split={split!r}: expected 'val', 'train' or 'all'")
     storage, cache_dir = "auto", None
     if cfg is not None:                     # the run's storage and cache folder (a device shard is a training layout)
-        storage, cache_dir = config_storage(cfg), cfg.task.dataset.get("cache_dir")
-        if storage == "device": storage = "auto"
+        storage, cache_dir = config_storage(cfg, training=False), cfg.task.dataset.get("cache_dir")
     ds = SequenceDataset(store, policy.horizon, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
-                         storage=storage, cache_dir=cache_dir)
+                         storage=storage, cache_dir=cache_dir, info=info)
     adim = ds.shapes[action_key][0]
     if adim != policy.action_dim:
         raise EvalError(f"{store}: data/{action_key} has {adim} dims, the policy predicts {policy.action_dim}")
@@ -193,27 +220,11 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     policy.sample_scheduler = sched
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    preds, trues, holds = [], [], []
     hk = _hold_key(policy, eval_ds, adim)
-    from tqdm.auto import tqdm
-    try:
-        for i in tqdm(range(0, len(idx), batch_size), desc="evaluate", unit="batch", disable=not progress):
-            b = eval_ds.__getitems__(idx[i:i + batch_size])
-            obs = {k: v.to(device, non_blocking=True) for k, v in b["obs"].items()}
-            out = policy.predict_action(obs, generator=gen, num_inference_steps=n_steps)["action"]
-            preds.append(out.float().cpu().numpy())
-            trues.append(b["action"][:, To - 1:To - 1 + Ta].numpy())
-            if hk: holds.append(np.repeat(b["obs"][hk][:, To - 1:To].numpy(), Ta, axis=1))
+    try: pred, true, hold = _predict(policy, eval_ds, idx, batch_size, gen, n_steps, hk, progress)
     finally: policy.sample_scheduler = old
-    pred, true = np.concatenate(preds).astype(np.float64), np.concatenate(trues).astype(np.float64)
-    base = {"mean": np.broadcast_to(mean_action, true.shape)}
-    if hk: base["hold"] = np.concatenate(holds).astype(np.float64)
-    table, per_dim = {}, {}
-    for name, p in [("policy", pred), *[(b, base[b]) for b in ("hold", "mean") if b in base]]:
-        err = (p - true)[mask]                                            # (scored steps, D)
-        table[name] = dict(mse=float((err ** 2).mean()), mae=float(np.abs(err).mean()))
-        per_dim[f"{name}_mse"] = (err ** 2).mean(0)
-        per_dim[f"{name}_mae"] = np.abs(err).mean(0)
+    base = {"mean": np.broadcast_to(mean_action, true.shape), **({"hold": hold} if hk else {})}
+    table, per_dim = _score(pred, true, base, mask)
     episode = _episode_of(rows, eval_ds)
     info = dict(run=run_name, checkpoint=getattr(policy, "checkpoint", None), store=str(store), split=split,
                 windows=int(len(idx)), scored_steps=int(mask.sum()), episodes=int(len(np.unique(episode))),

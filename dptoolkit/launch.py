@@ -51,6 +51,7 @@ def progress(**fields) -> bool:
     if ch is None or ch[2] != 0: return False
     return _send(("progress", 0, fields))
 
+# %% ../nbs/06_launch.ipynb #6695d87d
 def _forward_fds(rank):
     """Redirect fds 1 and 2 into a pipe; a thread forwards its lines to the launcher. Returns a function that flushes
     and stops."""
@@ -167,6 +168,7 @@ def _stop(procs, grace=3.0, wait=0.0):
                 except Exception: pass
         join_all(then)
 
+# %% ../nbs/06_launch.ipynb #34257046
 class _Bar:
     "Progress display for rank 0's `progress()` reports: tqdm.auto (a widget in notebooks, text elsewhere)."
     def __init__(self, enabled): self.enabled, self.bar = enabled, None
@@ -213,6 +215,7 @@ def _raw_store(store):
     while isinstance(store, dist.PrefixStore): store = store.underlying_store
     return store
 
+# %% ../nbs/06_launch.ipynb #952174d7
 class Heartbeat:
     """A rank's pulse. The loop sets `progress` (optimizer steps) and `phase` (a `_PHASES` key): host attributes, no
     sync. A daemon thread publishes them every `every` s as `dpt/beat/<rank>` in `store`; when a watch asks

@@ -256,6 +256,7 @@ def plot_throughput(summary: pd.DataFrame, ax=None):
     fig.tight_layout()
     return fig
 
+# %% ../nbs/07_report.ipynb #6d3ed586
 def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_TABLE):
     """Measured speed-up against world size with its range, the ideal line and the guides' quoted table; time-to-quality
     speed-up (time to the validation-loss target) beside it when the runs have one. Flagged points are crossed out."""
@@ -317,8 +318,12 @@ def _total_steps(run_dir):
 
 def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int | None = None, until=None):
     """Live view of a training run's loss and samples/s -- step of total, ETA -- redrawn in one output area until the
-    run finishes (or `until()` is true). Interrupting the cell (■) stops watching with one line; the run trains on."""
+    run finishes (or `until()` is true). `run_dir`: a run folder, or the handle `train(..., wait=False)` returns
+    (watched until its process ends). Interrupting the cell (■) stops watching with one line; the run trains on."""
     from IPython.display import display, clear_output
+    if hasattr(run_dir, "run_dir") and hasattr(run_dir, "done"):   # a BackgroundRun: this module never imports train
+        handle, run_dir = run_dir, run_dir.run_dir
+        until = until or (lambda: handle.done)
     plt = _plt()
     t0, n, df, total = time.time(), 0, None, _total_steps(run_dir)
     try:

@@ -74,6 +74,7 @@ def _lean(task, physics, ee=False):
         o["mocap_right"] = np.concatenate([physics.data.mocap_pos[1], physics.data.mocap_quat[1]])
     return o
 
+# %% ../nbs/13_sim.ipynb #2c32c950
 class AlohaSim:
     """ALOHA's bimanual ViperX transfer-cube task, joint-position controlled (14-dim action: 2 × (6 joints + gripper)),
     stepped at 50 Hz. `reset(seed)` places the cube from the seed (gym-aloha's `sample_box_pose`); observations hold
@@ -163,6 +164,7 @@ def _interp(wps, t):
     t1, x1, q1, g1 = wps[-1]
     return np.concatenate([x1, q1, [g1]])
 
+# %% ../nbs/13_sim.ipynb #a8a31481
 def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, size=(48, 64),
                    steps: int = EPISODE_STEPS) -> dict:
     """One demonstration: the script drives the end-effector (mocap) version of the task and its joint positions are
@@ -286,6 +288,7 @@ def _obs_batch(policy, hist):
             else torch.from_numpy(np.stack([h[src] for h in hist])[None])
     return out
 
+# %% ../nbs/13_sim.ipynb #3d852c40
 def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = EPISODE_STEPS, video: str | None = None,
                     video_size=(240, 320), inference_steps=None) -> dict:
     """One closed-loop episode: the policy sees the last `n_obs_steps` observations, samples an action chunk and the

@@ -174,6 +174,7 @@ class StoreInfo:
 
     def _repr_markdown_(self): return "```\n" + str(self) + "\n```"
 
+# %% ../nbs/00_store.ipynb #eeb6dd5b
 def _fmt_bytes(n):
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB": return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"

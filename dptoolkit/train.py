@@ -22,7 +22,7 @@ from .dataset import ResumableSampler, SequenceDataset, _identity, prepare_cache
 from .normalize import Normalizer
 from .checkpoint import (TrainError, check_run_dir, check_store_shapes, latest_checkpoint, load_checkpoint,
                                   load_weights, lock_run, resume_step, unlock_run, write_checkpoint)
-from .launch import Heartbeat, launch, launched, progress, watch_in_rank
+from .launch import Heartbeat, LaunchError, launch, launched, progress, watch_in_rank
 from .policy import DiffusionPolicy
 from .store import describe
 
@@ -256,6 +256,7 @@ def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext
     f, e = figs.tolist(), err.item()
     return CompileCheck(e <= rtol, (f[0], f[2]), (f[1], f[3]), rtol, e)
 
+# %% ../nbs/05_train.ipynb #83fa008a
 def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext, rtol=0.02, *, fallback=False,
                     seed=0, verbose=True):
     """`torch.compile(net, backend=backend)` once `compile_check` passes on `batch` → (the module to train, a note for
@@ -386,19 +387,20 @@ def _rank_setup(cfg) -> _Run:
                 distributed=distributed, p=make_plan(cfg, world), run_dir=_run_dir(cfg), step=0, epoch=0, skip_steps=0,
                 gref=None, stopping=None)   # gref: the first log window's median grad norm (training.grad_spike)
 
+# %% ../nbs/05_train.ipynb #e2d82e66
 def _build(R):
     "Data (this rank's loader), model, EMA, optimizer, LR schedule, precision, the noise generator."
     cfg, T, p, D = R.cfg, R.T, R.p, R.cfg.task.dataset
     if not D.zarr_path: raise TrainError("task.dataset.zarr_path is not set (dpt train --data PATH)")
-    info = describe(D.zarr_path)
-    R.loader = rank_loader(cfg, R.rank, R.world, R.device, batch_size=p.per_device_batch)
+    info = describe(D.zarr_path)   # once per rank: the loader, the shape check and the normalizer read it
+    check_store_shapes(cfg, info)
+    R.loader = rank_loader(cfg, R.rank, R.world, R.device, batch_size=p.per_device_batch, info=info)
     R.ds, R.train_ds, R.val_ds = R.loader.dataset, R.loader.train, R.loader.val
     R.steps_per_epoch = R.loader.batches // p.grad_accum
     if R.steps_per_epoch == 0:
         raise TrainError(f"{D.zarr_path}: {len(R.train_ds)} training windows over {R.world} rank(s) give no full step "
                          f"of {p.per_device_batch} × accum {p.grad_accum}; lower dataloader.batch_size")
     R.total = int(T.max_steps) if T.max_steps else int(T.num_epochs) * R.steps_per_epoch
-    check_store_shapes(cfg, info)
     norm = Normalizer.from_store(D.zarr_path,
                                  [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key])
     R.model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(R.device)
@@ -506,13 +508,13 @@ def _open_run(R, resume):
               + f", {R.steps_per_epoch} steps/epoch | run {rd}", flush=True)
     if R.distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
+# %% ../nbs/05_train.ipynb #b2778956
 def _save(R):
     "A checkpoint at `R.step` (every rank's noise stream gathered; rank 0 writes); never one of non-finite weights."
     R.beat.phase = "save"
     if R.T.on_nonfinite == "stop" and not _params_finite(R.model, R.ema):
-        raise TrainError(f"step {R.step}: the model's weights are not finite (training diverged); no checkpoint was "
-                         "written. "
-                         + _last_good(R.run_dir, R.p.lr))
+        raise TrainError(f"step {R.step}: the model's weights are not finite (training diverged); "
+                         "no checkpoint was written. " + _last_good(R.run_dir, R.p.lr))
     states = [R.gen.get_state()]
     if R.distributed:
         states = [None] * R.world
@@ -553,6 +555,7 @@ class _Window:
         b[7 + self.n] = gn
         self.n += 1
 
+# %% ../nbs/05_train.ipynb #26cb88f8
 def log_step(R, W, stop, val_due):
     "At a log step: reduce the window, write the record (rank 0), check finiteness and spikes, agree on a stop."
     b, world = W.buf, R.world
@@ -725,19 +728,14 @@ class RunResult:
 
 class BackgroundRun:
     """A run started by `train(..., wait=False)`: a `dpt train` process beside the kernel (its own session, so
-    interrupting the kernel does not reach it; it stops with a checkpoint if the kernel exits). `.watch()` draws
-    loss and throughput live, `.stop()` stops every rank at its next log step with a checkpoint, `.result()` waits
+    interrupting the kernel does not reach it; it stops with a checkpoint if the kernel exits). `report.watch(h)`
+    draws loss and throughput live, `.stop()` stops every rank at its next log step with a checkpoint, `.result()` waits
     and returns the `RunResult` (or raises `LaunchError` with the run's one-line error), `.done` says if it ended."""
     def __init__(self, run_dir: Path, proc, log: Path):
         self.run_dir, self.proc, self.log = run_dir, proc, log
 
     @property
     def done(self) -> bool: return self.proc.poll() is not None
-
-    def watch(self, every: float = 2.0, timeout: float = 3600):
-        "Live loss and samples/s until the run ends (or `timeout` seconds)."
-        from dptoolkit.report import watch
-        return watch(self.run_dir, every=every, timeout=timeout, until=lambda: self.done)
 
     def stop(self, timeout: float | None = 300) -> RunResult:
         "SIGTERM: every rank checkpoints at its next log step and exits; returns the result (`stopped_by`: SIGTERM)."
@@ -746,7 +744,6 @@ class BackgroundRun:
 
     def result(self, timeout: float | None = None) -> RunResult:
         "Wait for the end; the `RunResult`, or `LaunchError` with the run's error line (the whole output is in `.log`)."
-        from dptoolkit.launch import LaunchError
         import subprocess
         try: code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -769,8 +766,8 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
     conf = rd / ".background-config.yaml"
     conf.write_text(OmegaConf.to_yaml(cfg))
     cmd = [sys.executable, "-m", "dptoolkit.cli", "train", "--config", str(conf), "--out", str(rd), "--no-progress"]
-    cmd += ["--gpu-ids",
-            ",".join(map(str, dev.ids))] if dev.kind == "cuda" and dev.ids else ["--nprocs", str(dev.nprocs)]
+    if dev.kind == "cuda" and dev.ids: cmd += ["--gpu-ids", ",".join(map(str, dev.ids))]
+    else: cmd += ["--nprocs", str(dev.nprocs)]
     if backend: cmd += ["--backend", backend]
     log = rd / "background.log"
     env = {**os.environ, "DPT_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
@@ -798,7 +795,8 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     rd = Path(run_dir) if run_dir else _run_dir(cfg)
     cfg.logging.run_dir = str(rd.absolute())
     make_plan(cfg, dev.nprocs)                      # refuse an impossible plan before starting processes
-    if cfg.task.dataset.zarr_path: check_store_shapes(cfg, describe(cfg.task.dataset.zarr_path))
+    info = describe(cfg.task.dataset.zarr_path) if cfg.task.dataset.zarr_path else None   # once: shapes, then cache
+    if info is not None: check_store_shapes(cfg, info)
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
@@ -809,7 +807,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
         return RunResult(rd, json.loads((rd / "result.json").read_text()))
     if not wait: return _start_background(cfg, rd, dev, backend)
     # storage mmap: the machine's decoded cache, built once, with a progress bar here
-    prepare_cache(cfg, progress=progress)
+    prepare_cache(cfg, progress=progress, info=info)
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,
