@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 from .store import StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store, read_chunk_rows
 
@@ -117,113 +118,125 @@ class DecodedCache:
         self.identity = store_identity(self.store)
         self.dir = self.cache_dir / f"{self.store.name.removesuffix('.zarr')}-{self.identity}"
 
-    def _info(self):
-        if self.described is None: self.described = describe(self.store)   # once per cache object
-        return self.described
+# %% ../nbs/02b_cache.ipynb #353e8a45
+@patch
+def _info(self: DecodedCache):
+    if self.described is None: self.described = describe(self.store)   # once per cache object
+    return self.described
 
-    def file(self, key) -> Path: return self.dir / f"{key}.npy"
+@patch
+def file(self: DecodedCache, key) -> Path: return self.dir / f"{key}.npy"
 
-    def has(self, keys) -> bool:
-        "Every key's file exists and matches the store's shape and dtype."
-        info = self._info()
-        return all(self._valid(k, info) for k in keys)
+@patch
+def has(self: DecodedCache, keys) -> bool:
+    "Every key's file exists and matches the store's shape and dtype."
+    info = self._info()
+    return all(self._valid(k, info) for k in keys)
 
-    def _valid(self, key, info) -> bool:
-        f = self.file(key)
-        if not f.exists(): return False
-        try: m = np.load(f, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError): return False
-        a = info.arrays[key]
-        return tuple(m.shape) == tuple(a.shape) and m.dtype == np.dtype(a.dtype)
+@patch
+def _valid(self: DecodedCache, key, info) -> bool:
+    f = self.file(key)
+    if not f.exists(): return False
+    try: m = np.load(f, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError): return False
+    a = info.arrays[key]
+    return tuple(m.shape) == tuple(a.shape) and m.dtype == np.dtype(a.dtype)
 
-    def build(self, keys, progress: bool = True) -> "DecodedCache":
-        """Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its
-        files)."""
-        info = self._info()
-        for k in keys:
-            if k not in info.arrays:
-                raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
-        if all(self._valid(k, info) for k in keys): return self
-        writable = existing_parent(self.cache_dir)
-        if not os.access(writable, os.W_OK):
-            raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set "
-                             "task.dataset.cache_dir or $DPT_CACHE_DIR to a writable disk, or use "
+# %% ../nbs/02b_cache.ipynb #3642f33d
+@patch
+def build(self: DecodedCache, keys, progress: bool = True) -> "DecodedCache":
+    """Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its
+    files)."""
+    info = self._info()
+    for k in keys:
+        if k not in info.arrays:
+            raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
+    if all(self._valid(k, info) for k in keys): return self
+    writable = existing_parent(self.cache_dir)
+    if not os.access(writable, os.W_OK):
+        raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set "
+                         "task.dataset.cache_dir or $DPT_CACHE_DIR to a writable disk, or use "
+                         "task.dataset.storage=chunks")
+    self.cache_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(self.cache_dir / f".{self.dir.name}.lock", "a+")
+    try:
+        try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress: print(f"cache: waiting for another process building {self.dir}", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        self.dir.mkdir(exist_ok=True)
+        for stale in self.dir.glob(".*.tmp-*"):             # left by a killed builder
+            stale.unlink(missing_ok=True)
+        todo = [k for k in keys if not self._valid(k, info)]
+        if not todo: return self
+        need = sum(info.arrays[k].nbytes for k in todo)
+        free = shutil.disk_usage(self.dir).free
+        if need + (16 << 20) > free:
+            raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
+                             f"{_fmt_bytes(need)} but only {_fmt_bytes(free)} is free there; free space, point "
+                             "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use "
                              "task.dataset.storage=chunks")
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(self.cache_dir / f".{self.dir.name}.lock", "a+")
-        try:
-            try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if progress: print(f"cache: waiting for another process building {self.dir}", flush=True)
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            self.dir.mkdir(exist_ok=True)
-            for stale in self.dir.glob(".*.tmp-*"):             # left by a killed builder
-                stale.unlink(missing_ok=True)
-            todo = [k for k in keys if not self._valid(k, info)]
-            if not todo: return self
-            need = sum(info.arrays[k].nbytes for k in todo)
-            free = shutil.disk_usage(self.dir).free
-            if need + (16 << 20) > free:
-                raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
-                                 f"{_fmt_bytes(need)} but only {_fmt_bytes(free)} is free there; free space, point "
-                                 "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use "
-                                 "task.dataset.storage=chunks")
-            from tqdm.auto import tqdm
-            bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
-            g = open_store(self.store)
-            t0 = time.perf_counter()
-            for k in todo:
-                a = g[f"data/{k}"]
-                row = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
-                rows = max(a.chunks[0], self.block_bytes // row // a.chunks[0] * a.chunks[0])
-                tmp = self.dir / f".{k}.npy.tmp-{os.getpid()}"
-                try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"))
-                except OSError as e:
-                    tmp.unlink(missing_ok=True)
-                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                        raise CacheError(f"{self.dir}: disk full while caching data/{k} of {self.store.name} "
-                                         f"({_fmt_bytes(info.arrays[k].nbytes)} needed for it); free space or point "
-                                         "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
-                    raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
-                os.replace(tmp, self.file(k))
-            bar.close()
-            self._write_manifest(info, todo, time.perf_counter() - t0, need)
-        finally:
-            lock.close()                                         # closing releases the lock
-        return self
+        from tqdm.auto import tqdm
+        bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
+        g = open_store(self.store)
+        t0 = time.perf_counter()
+        for k in todo:
+            a = g[f"data/{k}"]
+            row = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
+            rows = max(a.chunks[0], self.block_bytes // row // a.chunks[0] * a.chunks[0])
+            tmp = self.dir / f".{k}.npy.tmp-{os.getpid()}"
+            try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"))
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise CacheError(f"{self.dir}: disk full while caching data/{k} of {self.store.name} "
+                                     f"({_fmt_bytes(info.arrays[k].nbytes)} needed for it); free space or point "
+                                     "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
+                raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            os.replace(tmp, self.file(k))
+        bar.close()
+        self._write_manifest(info, todo, time.perf_counter() - t0, need)
+    finally:
+        lock.close()                                         # closing releases the lock
+    return self
 
-    def _write_manifest(self, info, built, seconds, nbytes):
-        f = self.dir / "manifest.json"
-        try: m = json.loads(f.read_text())
-        except (OSError, ValueError): m = {}
-        m.update(store=str(self.store), identity=self.identity)
-        m.setdefault("keys", {})
-        for k in built:
-            a = info.arrays[k]
-            m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes))
-        m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(),
-                                               seconds=round(seconds, 3),
-                                               mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1),
-                                               at=time.strftime("%Y-%m-%d %H:%M:%S")))
-        tmp = self.dir / f".manifest.json.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(m, indent=1))
-        os.replace(tmp, f)
+# %% ../nbs/02b_cache.ipynb #b56edf3d
+@patch
+def _write_manifest(self: DecodedCache, info, built, seconds, nbytes):
+    f = self.dir / "manifest.json"
+    try: m = json.loads(f.read_text())
+    except (OSError, ValueError): m = {}
+    m.update(store=str(self.store), identity=self.identity)
+    m.setdefault("keys", {})
+    for k in built:
+        a = info.arrays[k]
+        m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes))
+    m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(),
+                                           seconds=round(seconds, 3),
+                                           mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1),
+                                           at=time.strftime("%Y-%m-%d %H:%M:%S")))
+    tmp = self.dir / f".manifest.json.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(m, indent=1))
+    os.replace(tmp, f)
 
-    def manifest(self) -> dict:
-        try: return json.loads((self.dir / "manifest.json").read_text())
-        except (OSError, ValueError): return {}
+@patch
+def manifest(self: DecodedCache) -> dict:
+    try: return json.loads((self.dir / "manifest.json").read_text())
+    except (OSError, ValueError): return {}
 
-    def open(self, key) -> np.memmap:
-        "The read-only memory map of `key` (build it first)."
-        f = self.file(key)
-        if not f.exists():
-            raise CacheError(f"{self.dir}: {key} is not cached; build it (`dpt cache {self.store} --keys {key}`)")
-        return np.load(f, mmap_mode="r", allow_pickle=False)
+@patch
+def open(self: DecodedCache, key) -> np.memmap:
+    "The read-only memory map of `key` (build it first)."
+    f = self.file(key)
+    if not f.exists():
+        raise CacheError(f"{self.dir}: {key} is not cached; build it (`dpt cache {self.store} --keys {key}`)")
+    return np.load(f, mmap_mode="r", allow_pickle=False)
 
-    def __repr__(self): return f"DecodedCache({self.store.name} → {self.dir})"
+@patch
+def __repr__(self: DecodedCache): return f"DecodedCache({self.store.name} → {self.dir})"
 
 # %% ../nbs/02b_cache.ipynb #c0e28965
 def memory_budget() -> int:

@@ -268,7 +268,7 @@ def bundled_data() -> Path | None:
 
 # the demo's model: the test config's U-Net widened to [64, 128], predicting the clean action (diffusion_policy's
 # prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise
-# (epsilon)
+# (prediction_type=epsilon)
 DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8",
               "policy.prediction_type=sample"]
 
@@ -311,18 +311,10 @@ def _demo_outputs(out: Path, s, runs, ev) -> dict:
           "sbatch script; --submit sends it)")
     return paths
 
-# %% ../nbs/08_cli.ipynb #5a0f545b
-def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
-         progress: bool = True, batch: int = 16, timing_steps: int = 60, repeats: int = 2) -> dict:
-    """Merge → inspect → config + plan → train on N processes → time 1 and N processes (interleaved repeats) →
-    speed-up table and figures → offline evaluation of the trained policy. Returns the paths, the summary and the
-    evaluation."""
+# %% ../nbs/08_cli.ipynb #9af4d391
+def _demo_folder(out, overwrite: bool) -> Path:
+    "The demo's output folder, empty: never inside the bundled data/, never mixed with an earlier demo's runs."
     import shutil
-    from dptoolkit.config import for_store, select_config, plan, resolve_devices
-    from dptoolkit.report import summarize, read_log
-    from dptoolkit.sweep import sweep
-    from dptoolkit.train import train
-    from dptoolkit.evaluate import evaluate
     out = Path(out).absolute()
     data = bundled_data()
     if data is not None and (out == data.parent or data.parent in out.parents or out in data.parents):
@@ -333,6 +325,45 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
                            "mixed)")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+def _demo_timing(cfg, dev, out: Path, timing_steps: int, repeats: int, announce):
+    """Short runs at 1 and N processes, interleaved and repeated (a busy spell hits both alike), and the speed-up table
+    with its spread and flags."""
+    from dptoolkit.sweep import sweep
+    n = dev.nprocs
+    s = sweep(cfg, world_sizes=(1, n), steps=timing_steps, repeats=repeats, out_dir=out / "speedup", progress=False,
+              **({"gpu_ids": dev.ids[:n]} if dev.kind == "cuda" else {}))
+    announce()
+    print(s[["world_size", "per_device_batch", "global_batch", "samples_per_s", "samples_per_s_iqr", "speedup",
+             "efficiency", "data_share"]].to_string(index=False, float_format=plain))
+    for row in s[s["flag"].astype(bool)].itertuples():
+        print(f"world size {row.world_size}: not to be trusted: {row.flag}")
+    if dev.kind == "cpu":
+        print(f"(timed with {int(s['threads'].iloc[-1] or 1)} torch thread per CPU process, like one device per "
+              "rank: the report chapter's thread policy; CPU processes share this machine's cores, so CPU "
+              f"speed-up says little about GPUs, where each rank has its own device)")
+    return s
+
+def _demo_verdict(ev) -> str:
+    "One sentence: the policy's action error against predicting the mean action and against holding still."
+    pm, hm, mm = (ev.metrics.loc[k, "mse"] for k in ("policy", "hold", "mean"))
+    vs_hold = "it beats both." if pm < hm else ("holding still is hard to beat over a short chunk of smooth motion "
+                                               "(RoboTwin's action is the next joint state)")
+    return (f"the policy's action error is {pm / mm:.2f}× that of predicting the mean action and {pm / hm:.2f}× that "
+            f"of holding the joint state still: {vs_hold}")
+
+# %% ../nbs/08_cli.ipynb #5a0f545b
+def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
+         progress: bool = True, batch: int = 16, timing_steps: int = 60, repeats: int = 2) -> dict:
+    """Merge → inspect → config + plan → train on N processes → time 1 and N processes (interleaved repeats) →
+    speed-up table and figures → offline evaluation of the trained policy. Returns the paths, the summary and the
+    evaluation."""
+    from dptoolkit.config import for_store, select_config, plan, resolve_devices
+    from dptoolkit.report import summarize, read_log
+    from dptoolkit.train import train
+    from dptoolkit.evaluate import evaluate
+    out, data = _demo_folder(out, overwrite), bundled_data()
     step = lambda n, s: print(f"\n== {n}. {s} ==", flush=True)
     step(1, "merge the sample task stores")
     info = _demo_merge(out, data, progress)
@@ -359,27 +390,13 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     runs = [r.run_dir]
     if n > 1:   # timing: short runs at 1 and n processes, interleaved and repeated, so a busy spell hits both alike
         step(4, f"time 1 and {n} processes: {timing_steps} steps each, {repeats} interleaved repeats")
-        s = sweep(cfg, world_sizes=(1, n), steps=timing_steps, repeats=repeats, out_dir=out / "speedup", progress=False,
-                  **({"gpu_ids": dev.ids[:n]} if dev.kind == "cuda" else {}))
-        step(5, "report from the rank-0 logs")
-        print(s[["world_size", "per_device_batch", "global_batch", "samples_per_s", "samples_per_s_iqr", "speedup",
-                 "efficiency", "data_share"]].to_string(index=False, float_format=plain))
-        for row in s[s["flag"].astype(bool)].itertuples():
-            print(f"world size {row.world_size}: not to be trusted: {row.flag}")
-        if dev.kind == "cpu":
-            print(f"(timed with {int(s['threads'].iloc[-1] or 1)} torch thread per CPU process, like one device per "
-                  "rank: the report chapter's thread policy; CPU processes share this machine's cores, so CPU "
-                  f"speed-up says little about GPUs, where each rank has its own device)")
+        s = _demo_timing(cfg, dev, out, timing_steps, repeats, lambda: step(5, "report from the rank-0 logs"))
     else:
         s = summarize(runs)
     step(6 if n > 1 else 4, f"evaluate the {n}-process run's policy on its held-out episodes")
     ev = evaluate(runs[0], progress=progress)
     print(ev.summary())
-    pm, hm, mm = (ev.metrics.loc[k, "mse"] for k in ("policy", "hold", "mean"))
-    print(f"the policy's action error is {pm / mm:.2f}× that of predicting the mean action" +
-          (f" and {pm / hm:.2f}× that of holding the joint state still: " + ("it beats both." if pm < hm else
-           "holding still is hard to beat over a short chunk of smooth motion (RoboTwin's action is the next joint "
-           "state)")))
+    print(_demo_verdict(ev))
     paths = _demo_outputs(out, s, runs, ev)
     return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
 
@@ -436,6 +453,10 @@ COMMANDS = {
                  help="comma-separated data keys to keep, e.g. state,action (default: all, which must agree)"),
               _a("--task-names", help="comma-separated task name per source (default: the store names)"),
               _NO_PROGRESS]),
+}
+
+# %% ../nbs/08_cli.ipynb #5932e023
+COMMANDS.update({
     "cache": dict(fn=cmd_cache,
                   help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear",
         description="Runs with storage mmap read a decoded copy of the store, built once per machine. Build it ahead "
@@ -476,6 +497,10 @@ COMMANDS = {
                  help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"),
               _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE",
                                help="config overrides, e.g. training.max_steps=2000")]),
+})
+
+# %% ../nbs/08_cli.ipynb #fa1e851a
+COMMANDS.update({
     "report": dict(fn=cmd_report, help="throughput / speed-up table and figures from run folders",
         description="Read run folders (or folders of runs) and print samples/s, speed-up and efficiency with their "
                     "quartile spread, flagging windows a busy machine disturbed; -o writes the figures.",
@@ -518,6 +543,10 @@ COMMANDS = {
               _a("--seed", type=int, default=0, help="first seed (default 0)"),
               _a("--keep-failed", action="store_true", help="store the expert's failed episodes too"),
               _a("--overwrite", action="store_true", help="replace an existing store"), _NO_PROGRESS]),
+})
+
+# %% ../nbs/08_cli.ipynb #b3ecab85
+COMMANDS.update({
     "rollout": dict(fn=cmd_rollout,
                     help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
         description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success "
@@ -570,7 +599,7 @@ COMMANDS = {
               _a("--trust", action="store_true",
                  help="allow unpickling the file (it can run code): only for files you trust"),
               _a("--data", help="store to train on; checked against the checkpoint's shapes")]),
-}
+})
 
 # %% ../nbs/08_cli.ipynb #eaf951bb
 def build_parser() -> argparse.ArgumentParser:

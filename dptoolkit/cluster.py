@@ -50,14 +50,66 @@ def _job_train_args(train_args) -> tuple:
         return flag + eq + paths.get(v, v) if eq and flag in ("--out", "--data", "--config") else paths.get(a, a)
     return [absolute(a) for a in args], run_abs
 
+# %% ../nbs/11_cluster.ipynb #bd56b358
+# the job script: `slurm_script` fills the fields (braces doubled for str.format: bash's own ${...})
+_JOB_SCRIPT = """#!/bin/bash
+# Written by `dpt slurm` (dptoolkit {version}). Submit with: sbatch THIS_FILE (or dpt slurm ... --submit)
+#
+# {nodes} node(s) x {what}: one srun task per node runs torchrun, which starts the node's ranks and joins all
+# nodes through torch's c10d rendezvous on the first node (127.0.0.1 when there is one node).
+# The run folder {run_abs} must be on a filesystem every node sees (NFS, Lustre, GPFS, ...): every rank reads
+# the same store and config paths, rank 0 writes logs and checkpoints there, and a requeued job resumes from it.
+# Preemption / time limit: Slurm signals this script (USR1) {grace} s ahead; the trap writes the run folder's STOP
+# file, and the ranks write a checkpoint at their next log step and exit 0{then}.
+# Watch it from anywhere that sees the folder: dpt report {run_abs}  (or report.watch / read_log in a notebook).
+{sbatch}
+set -uo pipefail
+mkdir -p {run_q}
+nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )
+head_node=${{nodes[0]}}
+# the address Slurm itself reaches the first node at (NodeAddr), not a host name that may not resolve on the others
+head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+head_node=${{head_addr:-$head_node}}
+[ "$SLURM_NNODES" = 1 ] && head_node=127.0.0.1
+port=$(( 20000 + (SLURM_JOB_ID * 7) % 20000 ))
+preempted=0
+srun_pid=
+on_signal() {{
+  # no signal to the job steps (torchrun would die with a traceback, and scancel retries while Slurm ends the job):
+  # rank 0 sees the STOP file at its next log step, every rank checkpoints and exits 0
+  [ "$preempted" = 1 ] && return
+  preempted=1
+  echo "Slurm's $1" > {run_q}/STOP
+  echo "dpt-slurm: $1 at $(date +%T): the ranks checkpoint and stop at their next log step"
+}}
+trap 'on_signal USR1' USR1
+trap 'on_signal TERM' TERM
+echo "dpt-slurm: job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{nodes[*]}}, rendezvous $head_node:$port"
+# each node's torchrun advertises its own NodeAddr (--local-addr): the other nodes need not resolve its host name
+on_node='a=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | grep -o "NodeAddr=[^ ]*" | cut -d= -f2); exec "$0" -m torch.distributed.run --local-addr "${{a:-$(hostname)}}" "$@"'
+srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "$on_node" \\
+  {py_q} --nnodes "$SLURM_NNODES" --nproc-per-node {gpus_per_node} \\
+    --rdzv-backend c10d --rdzv-endpoint "$head_node:$port" --rdzv-id "$SLURM_JOB_ID" \\
+    -m dptoolkit.cli train {train_cmd} &
+srun_pid=$!
+wait "$srun_pid"; status=$?
+while kill -0 "$srun_pid" 2>/dev/null; do wait "$srun_pid"; status=$?; done   # a trapped signal ends `wait` early
+latest=$(cat {run_q}/checkpoints/latest 2>/dev/null || echo none)
+if [ "$preempted" = 1 ] && [ "$status" = 0 ]; then
+  echo "dpt-slurm: stopped on request at $(date +%T); checkpoint $latest"
+{on_stop}
+fi
+echo "dpt-slurm: training exited with status $status (checkpoint $latest)"
+exit $status
+"""
+
 # %% ../nbs/11_cluster.ipynb #0612e7b5
 def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: bool = False, partition=None, time=None,
                  account=None, requeue: bool = False, grace: int = 120, job_name: str = "dpt-train", cpus_per_task=None,
                  python: str | None = None) -> str:
     """An sbatch script that trains with `dpt train <train_args>` on `nodes` × `gpus_per_node` ranks: one srun task per
     node runs torchrun (c10d rendezvous on the first node), SIGUSR1 `grace` s before the end → checkpoint and stop,
-    `requeue`
-    → back in the queue, resuming from the checkpoint (`training.resume=auto`). `cpu`: no GPUs are requested and each
+    `requeue` → back in the queue, resuming from the checkpoint (`training.resume=auto`). `cpu`: no GPUs are requested and each
     node's ranks are CPU processes with gloo (to try a cluster set-up without GPUs)."""
     for name, v in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
         if not isinstance(v, int) or v < 1: raise ClusterError(f"{name}={v!r}: must be an integer ≥ 1")
@@ -80,56 +132,9 @@ def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: boo
                else '  exit 0')
     train_cmd = " ".join(q(a) for a in args)
     sbatch = "".join(f"#SBATCH {s}\n" for s in sb)
-    return f"""#!/bin/bash
-# Written by `dpt slurm` (dptoolkit {__version__}). Submit with: sbatch THIS_FILE (or dpt slurm ... --submit)
-#
-# {nodes} node(s) x {what}: one srun task per node runs torchrun, which starts the node's ranks and joins all
-# nodes through torch's c10d rendezvous on the first node (127.0.0.1 when there is one node).
-# The run folder {run_abs} must be on a filesystem every node sees (NFS, Lustre, GPFS, ...): every rank reads
-# the same store and config paths, rank 0 writes logs and checkpoints there, and a requeued job resumes from it.
-# Preemption / time limit: Slurm signals this script (USR1) {int(grace)} s ahead; the trap writes the run folder's STOP
-# file, and the ranks write a checkpoint at their next log step and exit 0{then}.
-# Watch it from anywhere that sees the folder: dpt report {run_abs}  (or report.watch / read_log in a notebook).
-{sbatch}
-set -uo pipefail
-mkdir -p {q(run_abs)}
-nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )
-head_node=${{nodes[0]}}
-# the address Slurm itself reaches the first node at (NodeAddr), not a host name that may not resolve on the others
-head_addr=$(scontrol show node "$head_node" -o 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
-head_node=${{head_addr:-$head_node}}
-[ "$SLURM_NNODES" = 1 ] && head_node=127.0.0.1
-port=$(( 20000 + (SLURM_JOB_ID * 7) % 20000 ))
-preempted=0
-srun_pid=
-on_signal() {{
-  # no signal to the job steps (torchrun would die with a traceback, and scancel retries while Slurm ends the job):
-  # rank 0 sees the STOP file at its next log step, every rank checkpoints and exits 0
-  [ "$preempted" = 1 ] && return
-  preempted=1
-  echo "Slurm's $1" > {q(run_abs)}/STOP
-  echo "dpt-slurm: $1 at $(date +%T): the ranks checkpoint and stop at their next log step"
-}}
-trap 'on_signal USR1' USR1
-trap 'on_signal TERM' TERM
-echo "dpt-slurm: job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on ${{nodes[*]}}, rendezvous $head_node:$port"
-# each node's torchrun advertises its own NodeAddr (--local-addr): the other nodes need not resolve its host name
-on_node='a=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | grep -o "NodeAddr=[^ ]*" | cut -d= -f2); exec "$0" -m torch.distributed.run --local-addr "${{a:-$(hostname)}}" "$@"'
-srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "$on_node" \\
-  {q(py)} --nnodes "$SLURM_NNODES" --nproc-per-node {gpus_per_node} \\
-    --rdzv-backend c10d --rdzv-endpoint "$head_node:$port" --rdzv-id "$SLURM_JOB_ID" \\
-    -m dptoolkit.cli train {train_cmd} &
-srun_pid=$!
-wait "$srun_pid"; status=$?
-while kill -0 "$srun_pid" 2>/dev/null; do wait "$srun_pid"; status=$?; done   # a trapped signal ends `wait` early
-latest=$(cat {q(run_abs)}/checkpoints/latest 2>/dev/null || echo none)
-if [ "$preempted" = 1 ] && [ "$status" = 0 ]; then
-  echo "dpt-slurm: stopped on request at $(date +%T); checkpoint $latest"
-{on_stop}
-fi
-echo "dpt-slurm: training exited with status $status (checkpoint $latest)"
-exit $status
-"""
+    return _JOB_SCRIPT.format(version=__version__, nodes=nodes, what=what, run_abs=run_abs, grace=int(grace), then=then,
+                              sbatch=sbatch, run_q=q(run_abs), py_q=q(py), gpus_per_node=gpus_per_node,
+                              train_cmd=train_cmd, on_stop=on_stop)
 
 # %% ../nbs/11_cluster.ipynb #952e289c
 def write_slurm_script(path, train_args, **kw) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from fastcore.basics import patch
 
 from .store import StoreError, describe
 
@@ -66,8 +67,8 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
 _AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
 _AUTO_OR_NUM = ("training.stall_timeout_s",)                           # "auto" or a number of seconds (null: off)
 _TRISTATE = ("training.resume", "training.compile")   # true | false | auto
-# numbers checked before any process starts: key -> (kind, low, high, low inclusive, None allowed); kind int / num /
-# ints
+# numbers checked before any process starts: key -> (kind, low, high, low inclusive, None allowed);
+# kind: int, num, or ints / nums for a list
 _RANGES = {
     "dataloader.batch_size": ("int", 1, None, True, False), "dataloader.prefetch_factor": ("int", 1, None, True, True),
     "horizon": ("int", 1, None, True, False), "n_obs_steps": ("int", 1, None, True, False),
@@ -394,46 +395,55 @@ class ConfigForm:
                               self.scaling, self.accum, self.lr, self.out, self.button])
         self.refresh()
 
-    def _load_defaults(self):
-        c = load_config(self.config.value)
-        self.batch.value, self.keep.value = int(c.dataloader.batch_size), bool(c.scaling.keep_effective_batch_size)
-        self.scaling.value, self.accum.value = str(c.scaling.lr_scaling), int(c.training.gradient_accumulate_every)
-        self.lr.value = float(c.optimizer.lr)
-
     @property
     def world_size(self): return len(self.gpus.value) if self.n_gpu else self.world.value
 
-    def overrides(self) -> list:
-        return [f"dataloader.batch_size={self.batch.value}",
-                f"scaling.keep_effective_batch_size={str(self.keep.value).lower()}",
-                f"scaling.lr_scaling={self.scaling.value}", f"training.gradient_accumulate_every={self.accum.value}",
-                f"optimizer.lr={self.lr.value}"]
+# %% ../nbs/02_config.ipynb #0bc8d2fd
+@patch
+def _load_defaults(self: ConfigForm):
+    c = load_config(self.config.value)
+    self.batch.value, self.keep.value = int(c.dataloader.batch_size), bool(c.scaling.keep_effective_batch_size)
+    self.scaling.value, self.accum.value = str(c.scaling.lr_scaling), int(c.training.gradient_accumulate_every)
+    self.lr.value = float(c.optimizer.lr)
 
-    def cfg(self) -> DictConfig: return for_store(self.store_path, self.overrides(), name=self.config.value)
-    def plan(self) -> Plan: return plan(self.cfg(), self.world_size)
+@patch
+def overrides(self: ConfigForm) -> list:
+    return [f"dataloader.batch_size={self.batch.value}",
+            f"scaling.keep_effective_batch_size={str(self.keep.value).lower()}",
+            f"scaling.lr_scaling={self.scaling.value}", f"training.gradient_accumulate_every={self.accum.value}",
+            f"optimizer.lr={self.lr.value}"]
 
-    def refresh(self):
-        try:
-            p = self.plan()
-            self.out.value = p.table().to_html()
-            self.button.disabled = False
-            self.error = None
-        except (ConfigError, ValueError) as e:
-            self.out.value = f"<span style='color:#b00'>{e}</span>"
-            self.button.disabled = True
-            self.error = str(e)
+@patch
+def cfg(self: ConfigForm) -> DictConfig: return for_store(self.store_path, self.overrides(), name=self.config.value)
 
-    def submit(self):
-        self.refresh()
-        if self.error: return None
-        self.result = self.cfg()
-        if self.n_gpu: self.result_gpu_ids = list(self.gpus.value)
-        if self.on_submit: self.on_submit(self.result)
-        return self.result
+@patch
+def plan(self: ConfigForm) -> Plan: return plan(self.cfg(), self.world_size)
 
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
+@patch
+def refresh(self: ConfigForm):
+    try:
+        p = self.plan()
+        self.out.value = p.table().to_html()
+        self.button.disabled = False
+        self.error = None
+    except (ConfigError, ValueError) as e:
+        self.out.value = f"<span style='color:#b00'>{e}</span>"
+        self.button.disabled = True
+        self.error = str(e)
+
+@patch
+def submit(self: ConfigForm):
+    self.refresh()
+    if self.error: return None
+    self.result = self.cfg()
+    if self.n_gpu: self.result_gpu_ids = list(self.gpus.value)
+    if self.on_submit: self.on_submit(self.result)
+    return self.result
+
+@patch
+def _ipython_display_(self: ConfigForm):
+    from IPython.display import display
+    display(self.widget)
 
 # %% ../nbs/02_config.ipynb #e439ce11
 def config_form(store_path, on_submit=None) -> ConfigForm:

@@ -4,14 +4,12 @@
 
 # %% ../nbs/03_dataset.ipynb #891f3a99
 from __future__ import annotations
-import errno, fcntl, hashlib, json, os, queue, shutil, socket, sys, threading, time
-from collections import OrderedDict
+import os, queue, sys, threading
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
-from torch import nn
+from fastcore.basics import patch
 
 from .cache import (CacheError, ChunkCache, DataError, DecodedCache, cache_clear, cache_list,
                              default_cache_dir, memory_budget, populate, store_identity)
@@ -20,7 +18,7 @@ from .store import StoreError, _fmt_bytes, check_finite, describe, existing_pare
 # %% auto #0
 __all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'storage_plan', 'shard_episodes', 'SequenceDataset',
            'shard_bytes', 'ResumableSampler', 'prefetch', 'RankLoader', 'config_storage', 'num_workers_for',
-           'prepare_cache', 'rank_loader']
+           'run_storage', 'prepare_cache', 'rank_loader']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -149,88 +147,102 @@ class SequenceDataset(torch.utils.data.Dataset):
     @property
     def lengths(self) -> np.ndarray: return self.ends - np.concatenate([[0], self.ends[:-1]])
 
-    def _open(self, host, needed, progress):
-        "Where host reads come from: decoded arrays (`memory`), the cache's memory maps (`mmap`) or a `ChunkCache`."
-        self.host = host
-        if host == "memory":
-            g = open_store(self.path)
-            self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0,
-                                                       g[f"data/{k}"].shape[0])) for k in needed}
-        elif host == "mmap":
-            self.cache = DecodedCache(self.path, self.cache_dir, info=self._info).build(needed, progress=progress)
-            self._src = {k: self.cache.open(k) for k in needed}
-            self.populating = populate(self._src.values())     # a thread; join it to wait
-        else:
-            self._src = ChunkCache(self.path, needed)
+# %% ../nbs/03_dataset.ipynb #af7fa18f
+@patch
+def _open(self: SequenceDataset, host, needed, progress):
+    "Where host reads come from: decoded arrays (`memory`), the cache's memory maps (`mmap`) or a `ChunkCache`."
+    self.host = host
+    if host == "memory":
+        g = open_store(self.path)
+        self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0,
+                                                   g[f"data/{k}"].shape[0])) for k in needed}
+    elif host == "mmap":
+        self.cache = DecodedCache(self.path, self.cache_dir, info=self._info).build(needed, progress=progress)
+        self._src = {k: self.cache.open(k) for k in needed}
+        self.populating = populate(self._src.values())     # a thread; join it to wait
+    else:
+        self._src = ChunkCache(self.path, needed)
 
-    def __getstate__(self):   # DataLoader workers started by spawn: memory maps are reopened, never pickled as copies
-        s = dict(self.__dict__, populating=None, _buffers=_Buffers())
-        if self.host == "mmap": s["_src"] = None
-        return s
+@patch
+def __getstate__(self: SequenceDataset):   # DataLoader workers started by spawn: memory maps are reopened, never pickled as copies
+    s = dict(self.__dict__, populating=None, _buffers=_Buffers())
+    if self.host == "mmap": s["_src"] = None
+    return s
 
-    def __setstate__(self, s):
-        self.__dict__.update(s)
-        if self._src is None: self._src = {k: self.cache.open(k) for k in self.shapes}
+@patch
+def __setstate__(self: SequenceDataset, s):
+    self.__dict__.update(s)
+    if self._src is None: self._src = {k: self.cache.open(k) for k in self.shapes}
 
-    def _take(self, key, t) -> np.ndarray:
-        "Rows `t` (any shape) of `data/key` from the host storage."
-        if isinstance(self._src, ChunkCache): return self._src.take(key, t)
-        return np.take(self._src[key], np.asarray(t).reshape(-1), axis=0).reshape(np.shape(t) + self.shapes[key])
+# %% ../nbs/03_dataset.ipynb #68688b1f
+@patch
+def _take(self: SequenceDataset, key, t) -> np.ndarray:
+    "Rows `t` (any shape) of `data/key` from the host storage."
+    if isinstance(self._src, ChunkCache): return self._src.take(key, t)
+    return np.take(self._src[key], np.asarray(t).reshape(-1), axis=0).reshape(np.shape(t) + self.shapes[key])
 
-    def _gather(self, key, t) -> torch.Tensor:
-        """One vectorised read of rows `t` into a tensor: page-locked when `pin` (torch's caching host allocator, for
-        non-blocking copies to a GPU), else a numpy buffer from `_Buffers` (a fresh 88 MB `torch.empty` per batch costs
-        4x the gather itself in page faults). `mode="clip"` lets `take` write straight into `out` (the default
-        mode buffers it); the indices are in range by construction."""
-        shape = t.shape + self.shapes[key]
-        if self.pin:
-            out = torch.empty(shape, dtype=_torch_dtype(self.dtypes[key]), pin_memory=True)
-            view = out.numpy()
-        else:
-            view = self._buffers.get(shape, self.dtypes[key])
-            out = torch.from_numpy(view)
-        view = view.reshape((-1,) + self.shapes[key])
-        if isinstance(self._src, ChunkCache): view[...] = self._src.take(key, t.reshape(-1))
-        else: np.take(self._src[key], t.reshape(-1), axis=0, out=view, mode="clip")
-        return out
+@patch
+def _gather(self: SequenceDataset, key, t) -> torch.Tensor:
+    """One vectorised read of rows `t` into a tensor: page-locked when `pin` (torch's caching host allocator, for
+    non-blocking copies to a GPU), else a numpy buffer from `_Buffers` (a fresh 88 MB `torch.empty` per batch costs
+    4x the gather itself in page faults). `mode="clip"` lets `take` write straight into `out` (the default
+    mode buffers it); the indices are in range by construction."""
+    shape = t.shape + self.shapes[key]
+    if self.pin:
+        out = torch.empty(shape, dtype=_torch_dtype(self.dtypes[key]), pin_memory=True)
+        view = out.numpy()
+    else:
+        view = self._buffers.get(shape, self.dtypes[key])
+        out = torch.from_numpy(view)
+    view = view.reshape((-1,) + self.shapes[key])
+    if isinstance(self._src, ChunkCache): view[...] = self._src.take(key, t.reshape(-1))
+    else: np.take(self._src[key], t.reshape(-1), axis=0, out=view, mode="clip")
+    return out
 
-    def __len__(self): return len(self.rows)
+@patch
+def __len__(self: SequenceDataset): return len(self.rows)
 
-    def __getitems__(self, idx):
-        "A whole batch of windows (what `DataLoader` calls when it exists); returns one collated dict."
-        if self.device is not None: return self._gather_device(idx)
-        t = window_steps(self.rows[np.asarray(idx, dtype=np.int64)], self.horizon)
-        obs = {k: self._gather(k, t[:, :self.n_obs_steps]) for k in self.keys}
-        return {"obs": obs, "action": self._gather(self.action_key, t)}
+@patch
+def __getitems__(self: SequenceDataset, idx):
+    "A whole batch of windows (what `DataLoader` calls when it exists); returns one collated dict."
+    if self.device is not None: return self._gather_device(idx)
+    t = window_steps(self.rows[np.asarray(idx, dtype=np.int64)], self.horizon)
+    obs = {k: self._gather(k, t[:, :self.n_obs_steps]) for k in self.keys}
+    return {"obs": obs, "action": self._gather(self.action_key, t)}
 
-    def __getitem__(self, i):
-        b = self.__getitems__([i])
-        return {"obs": {k: v[0] for k, v in b["obs"].items()}, "action": b["action"][0]}
+@patch
+def __getitem__(self: SequenceDataset, i):
+    b = self.__getitems__([i])
+    return {"obs": {k: v[0] for k, v in b["obs"].items()}, "action": b["action"][0]}
 
-    def subset(self, episodes) -> "SequenceDataset":
-        "The same store and settings restricted to `episodes` (shares the host data)."
-        if self.device is not None: raise ValueError("subset of a device shard: take the subset before shard()")
-        new = object.__new__(SequenceDataset)
-        new.__dict__.update(self.__dict__)
-        new.episodes = np.asarray(episodes, dtype=np.int64)
-        new.rows = window_table(self.ends, self.horizon, self.pad_before, self.pad_after, new.episodes)
-        return new
+# %% ../nbs/03_dataset.ipynb #0741d39a
+@patch
+def subset(self: SequenceDataset, episodes) -> "SequenceDataset":
+    "The same store and settings restricted to `episodes` (shares the host data)."
+    if self.device is not None: raise ValueError("subset of a device shard: take the subset before shard()")
+    new = object.__new__(SequenceDataset)
+    new.__dict__.update(self.__dict__)
+    new.episodes = np.asarray(episodes, dtype=np.int64)
+    new.rows = window_table(self.ends, self.horizon, self.pad_before, self.pad_after, new.episodes)
+    return new
 
-    def split(self, val_ratio: float = 0.02, seed: int = 42):
-        "(train, val) split by episode, seeded; at least one training episode, val empty when val_ratio is 0."
-        rng = np.random.default_rng(seed)
-        eps = rng.permutation(self.episodes)
-        n_val = min(int(round(len(eps) * val_ratio)), len(eps) - 1) if val_ratio > 0 else 0
-        if val_ratio > 0 and n_val == 0 and len(eps) > 1: n_val = 1
-        return self.subset(np.sort(eps[n_val:])), self.subset(np.sort(eps[:n_val]))
+@patch
+def split(self: SequenceDataset, val_ratio: float = 0.02, seed: int = 42):
+    "(train, val) split by episode, seeded; at least one training episode, val empty when val_ratio is 0."
+    rng = np.random.default_rng(seed)
+    eps = rng.permutation(self.episodes)
+    n_val = min(int(round(len(eps) * val_ratio)), len(eps) - 1) if val_ratio > 0 else 0
+    if val_ratio > 0 and n_val == 0 and len(eps) > 1: n_val = 1
+    return self.subset(np.sort(eps[n_val:])), self.subset(np.sort(eps[:n_val]))
 
-    def __repr__(self):
-        where = {"memory": "in memory", "mmap": "decoded cache (mmap)", "chunks": "compressed chunks",
-                 "device": f"device shard on {self.device}"}
-        return (f"SequenceDataset({Path(self.path).name}: {len(self)} windows of {self.horizon} from "
-                f"{len(self.episodes)} episodes, keys {self.keys}, "
-                f"{where['device' if self.device is not None else self.host]}"
-                + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
+@patch
+def __repr__(self: SequenceDataset):
+    where = {"memory": "in memory", "mmap": "decoded cache (mmap)", "chunks": "compressed chunks",
+             "device": f"device shard on {self.device}"}
+    return (f"SequenceDataset({Path(self.path).name}: {len(self)} windows of {self.horizon} from "
+            f"{len(self.episodes)} episodes, keys {self.keys}, "
+            f"{where['device' if self.device is not None else self.host]}"
+            + (f", {self.skipped} short episode(s) skipped" if self.skipped else "") + ")")
 
 # %% ../nbs/03_dataset.ipynb #a10f9a60
 def shard_bytes(ds: SequenceDataset, episodes) -> int:
@@ -364,50 +376,57 @@ class RankLoader:
             self._dl = None
             ds.pin = bool(pin_memory)                  # gather straight into page-locked memory
 
-    def __len__(self): return self.batches - self.skip_batches
+# %% ../nbs/03_dataset.ipynb #63b01ff0
+@patch
+def __len__(self: RankLoader): return self.batches - self.skip_batches
 
-    def set_epoch(self, epoch: int, skip_batches: int = 0):
-        "Start `epoch` after its first `skip_batches` batches (a resumed run continues mid-epoch)."
-        self.epoch, self.skip_batches = int(epoch), int(skip_batches)
-        if self.sampler is not None:
-            self.sampler.set_epoch(epoch)
-            self.sampler.skip = self.skip_batches * self.batch_size
+@patch
+def set_epoch(self: RankLoader, epoch: int, skip_batches: int = 0):
+    "Start `epoch` after its first `skip_batches` batches (a resumed run continues mid-epoch)."
+    self.epoch, self.skip_batches = int(epoch), int(skip_batches)
+    if self.sampler is not None:
+        self.sampler.set_epoch(epoch)
+        self.sampler.skip = self.skip_batches * self.batch_size
 
-    def _index_batches(self):
-        if self.ds.device is not None:
-            g = torch.Generator().manual_seed(int(self.seed) * 100003 + self.rank * 7919 + self.epoch)
-            perm = torch.randperm(len(self.ds), generator=g).to(self.ds.device)   # one copy per epoch
-            for b in range(self.skip_batches, self.batches):
-                yield perm[b * self.batch_size:(b + 1) * self.batch_size]
-            return
-        idx = list(self.sampler)
-        for b in range(len(idx) // self.batch_size):
-            yield idx[b * self.batch_size:(b + 1) * self.batch_size]
+@patch
+def _index_batches(self: RankLoader):
+    if self.ds.device is not None:
+        g = torch.Generator().manual_seed(int(self.seed) * 100003 + self.rank * 7919 + self.epoch)
+        perm = torch.randperm(len(self.ds), generator=g).to(self.ds.device)   # one copy per epoch
+        for b in range(self.skip_batches, self.batches):
+            yield perm[b * self.batch_size:(b + 1) * self.batch_size]
+        return
+    idx = list(self.sampler)
+    for b in range(len(idx) // self.batch_size):
+        yield idx[b * self.batch_size:(b + 1) * self.batch_size]
 
-    def __iter__(self):
-        if self.ds.device is not None: return (self.ds.__getitems__(i) for i in self._index_batches())
-        if self._dl is not None: return iter(self._dl)
-        return prefetch((self.ds.__getitems__(i) for i in self._index_batches()), self.prefetch_factor or 1)
+@patch
+def __iter__(self: RankLoader):
+    if self.ds.device is not None: return (self.ds.__getitems__(i) for i in self._index_batches())
+    if self._dl is not None: return iter(self._dl)
+    return prefetch((self.ds.__getitems__(i) for i in self._index_batches()), self.prefetch_factor or 1)
 
-    def __repr__(self):
-        how = ("device gathers" if self.ds.device is not None else f"{self.num_workers} workers" if self.num_workers
-               else "prefetch thread")
-        return (
-            f"RankLoader(rank {self.rank}/{self.world}, {self.batches} batches of {self.batch_size}/epoch,"
-            f" {self.ds.storage}, {how})"
-        )
+@patch
+def __repr__(self: RankLoader):
+    how = ("device gathers" if self.ds.device is not None else f"{self.num_workers} workers" if self.num_workers
+           else "prefetch thread")
+    return (
+        f"RankLoader(rank {self.rank}/{self.world}, {self.batches} batches of {self.batch_size}/epoch,"
+        f" {self.ds.storage}, {how})"
+    )
 
 # %% ../nbs/03_dataset.ipynb #dc80f140
 def _needed(cfg) -> list: return list(cfg.task.dataset.obs_keys) + [cfg.task.dataset.action_key]
 
 def config_storage(cfg, training: bool = True) -> str:
     """`task.dataset.storage`, reading `in_memory: true/false` of configs written by earlier versions. Outside training
-    (`training=False`: evaluation, export) a `device` shard is a training layout: `auto` instead."""
+    (`training=False`: evaluation on a run's `config.yaml`, which records the mode its training resolved) the storage
+    is decided again for this machine (`auto`), except `chunks`, which never writes a cache."""
     D = cfg.task.dataset
     storage = D.get("storage", "auto") or "auto"
     legacy = D.get("in_memory", "auto")
     if storage == "auto" and legacy in (True, False): return "memory" if legacy else "chunks"
-    return "auto" if storage == "device" and not training else storage
+    return storage if training or storage == "chunks" else "auto"
 
 def num_workers_for(num_workers, storage: str) -> int:
     """`dataloader.num_workers: auto` → 2 worker processes for `chunks` (decoding is CPU work), 0 otherwise (a prefetch
@@ -415,15 +434,21 @@ def num_workers_for(num_workers, storage: str) -> int:
     if num_workers in ("auto", None): return 2 if storage == "chunks" else 0
     return int(num_workers)
 
+def run_storage(cfg, info=None) -> tuple:
+    """(mode, host, note) of a run: `task.dataset.storage` resolved for the keys the run reads. `train` resolves it once
+    before any rank starts and hands the mode on in the config (ranks take it as given; `config.yaml` records it)."""
+    D = cfg.task.dataset
+    info = info or describe(D.zarr_path)
+    nbytes = sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
+    return storage_plan(config_storage(cfg), nbytes, D.get("cache_dir"), SequenceDataset.small_bytes)
+
 def prepare_cache(cfg, progress: bool = True, info=None):
     """Build the decoded cache a run will use (storage `mmap`, or `device` read through it) before ranks start; `None`
     if none is used. `info`: the store's `describe`, where the caller has it."""
     D = cfg.task.dataset
     if not D.zarr_path: return None
     info = info or describe(D.zarr_path)
-    nbytes = sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
-    host = storage_plan(config_storage(cfg), nbytes, D.get("cache_dir"), SequenceDataset.small_bytes)[1]
-    if host != "mmap": return None
+    if run_storage(cfg, info)[1] != "mmap": return None
     return DecodedCache(D.zarr_path, D.get("cache_dir"), info=info).build(_needed(cfg), progress=progress)
 
 def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size: int | None = None,

@@ -13,8 +13,9 @@ import pandas as pd
 import torch
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
+from fastcore.basics import patch
 
-from .dataset import SequenceDataset, config_storage, window_steps
+from .dataset import SequenceDataset, config_storage
 from .policy import DiffusionPolicy
 from .store import describe
 
@@ -53,60 +54,68 @@ class EvalResult:
     step: np.ndarray             # (N, n_action_steps) store time index of each executed action
     info: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        "JSON-ready: overall and per-dimension metrics plus the settings (`dpt eval --json`)."
-        clean = lambda v: None if v is None or (isinstance(v, float) and not np.isfinite(v)) else v
-        return dict(info=self.info,
-                    overall={p: {m: clean(float(v)) for m, v in r.items()} for p,
-                             r in self.metrics.to_dict("index").items()},
-                    per_dim={c: [clean(float(v)) for v in self.per_dim[c]] for c in self.per_dim.columns})
+# %% ../nbs/12_evaluate.ipynb #9a4eacd0
+@patch
+def to_dict(self: EvalResult) -> dict:
+    "JSON-ready: overall and per-dimension metrics plus the settings (`dpt eval --json`)."
+    clean = lambda v: None if v is None or (isinstance(v, float) and not np.isfinite(v)) else v
+    return dict(info=self.info,
+                overall={p: {m: clean(float(v)) for m, v in r.items()} for p,
+                         r in self.metrics.to_dict("index").items()},
+                per_dim={c: [clean(float(v)) for v in self.per_dim[c]] for c in self.per_dim.columns})
 
-    def summary(self) -> str:
-        "The overall table as plain figures, with the policy's ratio to each baseline."
-        t = self.metrics.copy()
-        for b in [b for b in ("hold", "mean") if b in t.index]:
-            t.loc["policy", f"mse / {b}"] = t.loc["policy", "mse"] / t.loc[b, "mse"]
-        return (f"offline evaluation: {self.info['windows']} windows × {self.info['n_action_steps']} steps from "
-                f"{self.info['episodes']} {self.info['split']} episode(s) of {Path(self.info['store']).name}; "
-                f"{self.info['sampler']} {self.info['steps']} steps, seed {self.info['seed']}\n"
-                + t.to_string(float_format=lambda x: f"{x:.4f}", na_rep=""))
+@patch
+def summary(self: EvalResult) -> str:
+    "The overall table as plain figures, with the policy's ratio to each baseline."
+    t = self.metrics.copy()
+    for b in [b for b in ("hold", "mean") if b in t.index]:
+        t.loc["policy", f"mse / {b}"] = t.loc["policy", "mse"] / t.loc[b, "mse"]
+    return (f"offline evaluation: {self.info['windows']} windows × {self.info['n_action_steps']} steps from "
+            f"{self.info['episodes']} {self.info['split']} episode(s) of {Path(self.info['store']).name}; "
+            f"{self.info['sampler']} {self.info['steps']} steps, seed {self.info['seed']}\n"
+            + t.to_string(float_format=lambda x: f"{x:.4f}", na_rep=""))
 
-    def __str__(self): return self.summary()
-    def _repr_html_(self):
-        "In a notebook: the info line and the metrics table as HTML (ratios to the baselines beside the policy's row)."
-        t = self.metrics.copy()
-        for b in ("hold", "mean"):
-            t[f"mse / {b}"] = [t.loc["policy", "mse"] / t.loc[b, "mse"] if r == "policy" else None for r in t.index]
-        return f"<p>{self.summary().splitlines()[0]}</p>" + t.to_html(float_format=lambda v: f"{v:.4g}", na_rep="")
+@patch
+def __str__(self: EvalResult): return self.summary()
 
-    def plot(self, episodes: int = 2, dims=(0, 1, 2), ax=None):
-        "True vs predicted action trajectories (chunks laid end to end) for the first `episodes` episodes and `dims`."
-        import matplotlib.pyplot as plt
-        eps = list(dict.fromkeys(self.episode.tolist()))[:episodes]
-        dims = [d for d in dims if d < self.true.shape[-1]]
-        if ax is None:
-            fig, ax = plt.subplots(len(eps), len(dims), figsize=(3.2 * len(dims), 2.2 * len(eps)), squeeze=False)
-        else:
-            fig = ax.flat[0].figure
-            ax = np.asarray(ax).reshape(len(eps), len(dims))
-        for i, e in enumerate(eps):
-            w = self.episode == e
-            t, m = self.step[w].reshape(-1), self.mask[w].reshape(-1)
-            for j, d in enumerate(dims):
-                a = ax[i, j]
-                a.plot(t[m], self.true[w][..., d].reshape(-1)[m], color="k", lw=1.5, label="true")
-                for k in range(w.sum()):                       # one line per predicted chunk
-                    mk = self.mask[w][k]
-                    a.plot(self.step[w][k][mk], self.pred[w][k, :, d][mk], color="C1", lw=1.2,
-                           label="policy" if k == 0 else None)
-                if "hold" in self.baselines:
-                    a.plot(t[m], self.baselines["hold"][w][..., d].reshape(-1)[m], color="C0", lw=0.8, ls=":",
-                           label="hold")
-                a.set_title(f"episode {e}, action[{d}]", fontsize=9)
-                a.tick_params(labelsize=7)
-        ax[0, 0].legend(fontsize=7)
-        fig.tight_layout()
-        return fig
+@patch
+def _repr_html_(self: EvalResult):
+    "In a notebook: the info line and the metrics table as HTML (ratios to the baselines beside the policy's row)."
+    t = self.metrics.copy()
+    for b in ("hold", "mean"):
+        t[f"mse / {b}"] = [t.loc["policy", "mse"] / t.loc[b, "mse"] if r == "policy" else None for r in t.index]
+    return f"<p>{self.summary().splitlines()[0]}</p>" + t.to_html(float_format=lambda v: f"{v:.4g}", na_rep="")
+
+# %% ../nbs/12_evaluate.ipynb #4fd9c94d
+@patch
+def plot(self: EvalResult, episodes: int = 2, dims=(0, 1, 2), ax=None):
+    "True vs predicted action trajectories (chunks laid end to end) for the first `episodes` episodes and `dims`."
+    import matplotlib.pyplot as plt
+    eps = list(dict.fromkeys(self.episode.tolist()))[:episodes]
+    dims = [d for d in dims if d < self.true.shape[-1]]
+    if ax is None:
+        fig, ax = plt.subplots(len(eps), len(dims), figsize=(3.2 * len(dims), 2.2 * len(eps)), squeeze=False)
+    else:
+        fig = ax.flat[0].figure
+        ax = np.asarray(ax).reshape(len(eps), len(dims))
+    for i, e in enumerate(eps):
+        w = self.episode == e
+        t, m = self.step[w].reshape(-1), self.mask[w].reshape(-1)
+        for j, d in enumerate(dims):
+            a = ax[i, j]
+            a.plot(t[m], self.true[w][..., d].reshape(-1)[m], color="k", lw=1.5, label="true")
+            for k in range(w.sum()):                       # one line per predicted chunk
+                mk = self.mask[w][k]
+                a.plot(self.step[w][k][mk], self.pred[w][k, :, d][mk], color="C1", lw=1.2,
+                       label="policy" if k == 0 else None)
+            if "hold" in self.baselines:
+                a.plot(t[m], self.baselines["hold"][w][..., d].reshape(-1)[m], color="C0", lw=0.8, ls=":",
+                       label="hold")
+            a.set_title(f"episode {e}, action[{d}]", fontsize=9)
+            a.tick_params(labelsize=7)
+    ax[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/12_evaluate.ipynb #9571cc2d
 def _windows(ds: SequenceDataset, stride: int, max_windows: int) -> np.ndarray:
@@ -159,15 +168,12 @@ def _score(pred, true, base, mask):
         per_dim[f"{name}_mae"] = np.abs(err).mean(0)
     return table, per_dim
 
-# %% ../nbs/12_evaluate.ipynb #1f754afe
-def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
-             sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
-             progress: bool = True) -> EvalResult:
-    """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
-    (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
-    default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean")."""
+# %% ../nbs/12_evaluate.ipynb #25a67c36
+def _eval_data(run, store, split, device, checkpoint):
+    """The policy (a run's EMA weights, or the object given) and its config (`None` for an object), the store, the
+    split, the run's name, the action key and width, the training windows and the windows to score -- the split and
+    the shapes checked first."""
     from dptoolkit.checkpoint import TrainError, check_store_shapes
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if isinstance(run, DiffusionPolicy):
         policy, cfg, info = run.to(device).eval(), None, None
         if store is None: raise EvalError("evaluating a policy object needs store= (a replay-buffer zarr store)")
@@ -203,10 +209,21 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
         raise EvalError(f"{store}: the {split} split has no windows "
                         f"(task.dataset.val_ratio={cfg.task.dataset.val_ratio}); "
                         "evaluate split='train' or 'all', or pass another store")
+    return policy, cfg, store, split, run_name, action_key, adim, train_ds, eval_ds
+
+# %% ../nbs/12_evaluate.ipynb #1f754afe
+def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
+             sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
+             progress: bool = True) -> EvalResult:
+    """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
+    (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
+    default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean")."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    policy, cfg, store, split, run_name, action_key, adim, train_ds, eval_ds = _eval_data(run, store, split, device,
+                                                                                         checkpoint)
     idx = _windows(eval_ds, policy.n_action_steps, max_windows)
     rows = eval_ds.rows[idx]
     To, Ta = policy.n_obs_steps, policy.n_action_steps
-    t = window_steps(rows, policy.horizon)
     exec_t = rows[:, :1] + np.arange(To - 1, To - 1 + Ta)[None]            # unclipped: the steps the chunk stands for
     mask = exec_t < rows[:, 2:3]
     # baselines: the training episodes' mean action; the current joint state held

@@ -96,134 +96,125 @@ def from_dp_state_dict(sd: dict, image_keys=(), source="checkpoint", low_dim_key
         out[f"normalizer.stats_{k}"] = torch.stack([g(f"input_stats.{s}") for s in ("min", "max", "mean", "std")])
     return out
 
-# %% ../nbs/10_interop.ipynb #28f4ea36
-def dp_config(cfg, task_name: str | None = None) -> DictConfig:
-    "RoboTwin's full `robot_dp_<dim>` config (`_target_`s included, values resolved) for a dptoolkit config."
-    shapes = obs_shapes(cfg)
-    P, E, T = cfg.policy, cfg.policy.obs_encoder, cfg.training
-    if shapes and any(len(s) == 3 for s in shapes.values()) and E.backbone != "resnet18":
-        raise InteropError(f"policy.obs_encoder.backbone={E.backbone}: diffusion_policy has no such image encoder; "
-                           f"only resnet18 models can be exported")
-    adim, To = int(cfg.shape_meta.action_dim), int(cfg.n_obs_steps)
-    meta = {"obs": {dp_key(k): {"shape": list(s), "type": "rgb" if len(s) == 3 else "low_dim", "horizon": To} for k,
-                    s in shapes.items()},
-            "action": {"shape": [adim], "horizon": int(cfg.horizon)}}
-    task = task_name or cfg.task.name
+# %% ../nbs/10_interop.ipynb #44d6de83
+def _dp_policy(cfg, meta: dict) -> dict:
+    "The `policy` block of a diffusion_policy config: U-Net, DDPM scheduler and image encoder, as RoboTwin writes it."
+    P, E = cfg.policy, cfg.policy.obs_encoder
     lst = lambda v: list(v) if v is not None else None
     rgb = {"_target_": "diffusion_policy.model.vision.model_getter.get_resnet", "name": "resnet18", "weights": None}
-    loader = lambda shuffle: {"batch_size": int(cfg.dataloader.batch_size), "num_workers": 0, "shuffle": shuffle,
-                              "pin_memory": True, "persistent_workers": False}
-    d = {
-        "name": f"robot_{task}", "_target_": "diffusion_policy.workspace.robotworkspace.RobotWorkspace",
-        "task_name": task, "shape_meta": meta, "exp_name": "default",
-        "horizon": int(cfg.horizon), "n_obs_steps": To, "n_action_steps": int(cfg.n_action_steps), "n_latency_steps": 0,
-        "dataset_obs_steps": To, "past_action_visible": False, "keypoint_visible_rate": 1.0, "obs_as_global_cond": True,
-        "policy": {
-            "_target_": "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy",
-                   "shape_meta": meta,
-            "noise_scheduler": {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler",
-                                "num_train_timesteps": int(P.num_train_timesteps), "beta_start": 0.0001,
-                                "beta_end": 0.02,
-                                "beta_schedule": str(P.beta_schedule), "variance_type": "fixed_small",
-                                "clip_sample": True,
-                                "prediction_type": str(P.prediction_type)},
-            "obs_encoder": {"_target_": "diffusion_policy.model.vision.multi_image_obs_encoder.MultiImageObsEncoder",
-                            "shape_meta": meta, "rgb_model": rgb, "resize_shape": lst(E.resize_shape),
-                            "crop_shape": lst(E.crop_shape),
-                            "random_crop": bool(E.random_crop), "use_group_norm": bool(E.group_norm),
-                            "share_rgb_model": bool(E.share_backbone), "imagenet_norm": bool(E.imagenet_norm)},
-            "horizon": int(cfg.horizon), "n_action_steps": int(cfg.n_action_steps), "n_obs_steps": To,
+    scheduler = {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler",
+                 "num_train_timesteps": int(P.num_train_timesteps), "beta_start": 0.0001, "beta_end": 0.02,
+                 "beta_schedule": str(P.beta_schedule), "variance_type": "fixed_small", "clip_sample": True,
+                 "prediction_type": str(P.prediction_type)}
+    encoder = {"_target_": "diffusion_policy.model.vision.multi_image_obs_encoder.MultiImageObsEncoder",
+               "shape_meta": meta, "rgb_model": rgb, "resize_shape": lst(E.resize_shape),
+               "crop_shape": lst(E.crop_shape),
+               "random_crop": bool(E.random_crop), "use_group_norm": bool(E.group_norm),
+               "share_rgb_model": bool(E.share_backbone), "imagenet_norm": bool(E.imagenet_norm)}
+    return {"_target_": "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy",
+            "shape_meta": meta, "noise_scheduler": scheduler, "obs_encoder": encoder,
+            "horizon": int(cfg.horizon), "n_action_steps": int(cfg.n_action_steps), "n_obs_steps": int(cfg.n_obs_steps),
             "num_inference_steps": int(P.num_inference_steps), "obs_as_global_cond": True,
             "diffusion_step_embed_dim": int(P.diffusion_step_embed_dim), "down_dims": list(P.down_dims),
-            "kernel_size": int(P.kernel_size), "n_groups": int(P.n_groups), "cond_predict_scale": True},
+            "kernel_size": int(P.kernel_size), "n_groups": int(P.n_groups), "cond_predict_scale": True}
+
+def _dp_training(cfg, task: str, adim: int) -> dict:
+    "The workspace's EMA, loaders, optimizer, training, logging, checkpoint blocks: RoboTwin's defaults, our values."
+    T, O, M = cfg.training, cfg.optimizer, cfg.ema
+    loader = lambda shuffle: {"batch_size": int(cfg.dataloader.batch_size), "num_workers": 0, "shuffle": shuffle,
+                              "pin_memory": True, "persistent_workers": False}
+    return {
         "ema": {"_target_": "diffusion_policy.model.diffusion.ema_model.EMAModel", "update_after_step": 0,
-                "inv_gamma": float(cfg.ema.inv_gamma), "power": float(cfg.ema.power),
-                "min_value": float(cfg.ema.min_value),
-                "max_value": float(cfg.ema.max_value)},
+                "inv_gamma": float(M.inv_gamma), "power": float(M.power), "min_value": float(M.min_value),
+                "max_value": float(M.max_value)},
         "dataloader": loader(True), "val_dataloader": loader(False),
-        "optimizer": {"_target_": "torch.optim.AdamW", "lr": float(cfg.optimizer.lr),
-                      "betas": list(cfg.optimizer.betas),
-                      "eps": float(cfg.optimizer.eps), "weight_decay": float(cfg.optimizer.weight_decay)},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": float(O.lr), "betas": list(O.betas), "eps": float(O.eps),
+                      "weight_decay": float(O.weight_decay)},
         "training": {"device": "cuda:0", "seed": int(T.seed), "debug": False, "resume": True,
-                     "lr_scheduler": str(T.lr_scheduler),
-                     "lr_warmup_steps": int(T.lr_warmup_steps), "num_epochs": int(T.num_epochs),
-                     "gradient_accumulate_every": int(T.gradient_accumulate_every), "use_ema": bool(cfg.ema.enable),
-                     "freeze_encoder": False, "rollout_every": 50, "checkpoint_every": 300, "val_every": 1,
-                     "sample_every": 5,
-                     "max_train_steps": None, "max_val_steps": None, "tqdm_interval_sec": 1.0},
+                     "lr_scheduler": str(T.lr_scheduler), "lr_warmup_steps": int(T.lr_warmup_steps),
+                     "num_epochs": int(T.num_epochs), "gradient_accumulate_every": int(T.gradient_accumulate_every),
+                     "use_ema": bool(M.enable), "freeze_encoder": False, "rollout_every": 50, "checkpoint_every": 300,
+                     "val_every": 1, "sample_every": 5, "max_train_steps": None, "max_val_steps": None,
+                     "tqdm_interval_sec": 1.0},
         "logging": {"project": "diffusion_policy_debug", "resume": True, "mode": "online",
                     "name": f"robot_dp_{adim}_{task}",
                     "tags": [f"robot_{task}", task, "default"], "id": None, "group": None},
         "checkpoint": {"topk": {"monitor_key": "test_mean_score", "mode": "max", "k": 5,
                                 "format_str": "epoch={epoch:04d}-test_mean_score={test_mean_score:.3f}.ckpt"},
-                       "save_last_ckpt": True, "save_last_snapshot": False},
-        "task": {"name": task, "shape_meta": meta,
-                 "image_shape": next((list(s) for s in shapes.values() if len(s) == 3), None),
-                 "dataset": {"_target_": "diffusion_policy.dataset.robot_image_dataset.RobotImageDataset",
-                             "zarr_path": str(cfg.task.dataset.zarr_path), "batch_size": int(cfg.dataloader.batch_size),
-                             "horizon": int(cfg.horizon), "pad_before": int(cfg.pad_before),
-                             "pad_after": int(cfg.pad_after),
-                             "seed": int(cfg.task.dataset.split_seed), "val_ratio": float(cfg.task.dataset.val_ratio),
-                             "max_train_episodes": None}},
-        "setting": None, "expert_data_num": None, "head_camera_type": None,
-    }
+                       "save_last_ckpt": True, "save_last_snapshot": False}}
+
+# %% ../nbs/10_interop.ipynb #28f4ea36
+def dp_config(cfg, task_name: str | None = None) -> DictConfig:
+    "RoboTwin's full `robot_dp_<dim>` config (`_target_`s included, values resolved) for a dptoolkit config."
+    shapes = obs_shapes(cfg)
+    E, D = cfg.policy.obs_encoder, cfg.task.dataset
+    if shapes and any(len(s) == 3 for s in shapes.values()) and E.backbone != "resnet18":
+        raise InteropError(f"policy.obs_encoder.backbone={E.backbone}: diffusion_policy has no such image encoder; "
+                           f"only resnet18 models can be exported")
+    adim, To = int(cfg.shape_meta.action_dim), int(cfg.n_obs_steps)
+    meta = {"obs": {dp_key(k): {"shape": list(s), "type": "rgb" if len(s) == 3 else "low_dim", "horizon": To}
+                    for k, s in shapes.items()},
+            "action": {"shape": [adim], "horizon": int(cfg.horizon)}}
+    task = task_name or cfg.task.name
+    dataset = {"_target_": "diffusion_policy.dataset.robot_image_dataset.RobotImageDataset",
+               "zarr_path": str(D.zarr_path), "batch_size": int(cfg.dataloader.batch_size),
+               "horizon": int(cfg.horizon), "pad_before": int(cfg.pad_before), "pad_after": int(cfg.pad_after),
+               "seed": int(D.split_seed), "val_ratio": float(D.val_ratio), "max_train_episodes": None}
+    d = {"name": f"robot_{task}", "_target_": "diffusion_policy.workspace.robotworkspace.RobotWorkspace",
+         "task_name": task, "shape_meta": meta, "exp_name": "default",
+         "horizon": int(cfg.horizon), "n_obs_steps": To, "n_action_steps": int(cfg.n_action_steps),
+         "n_latency_steps": 0, "dataset_obs_steps": To, "past_action_visible": False, "keypoint_visible_rate": 1.0,
+         "obs_as_global_cond": True,
+         "policy": _dp_policy(cfg, meta), **_dp_training(cfg, task, adim),
+         "task": {"name": task, "shape_meta": meta,
+                  "image_shape": next((list(s) for s in shapes.values() if len(s) == 3), None), "dataset": dataset},
+         "setting": None, "expert_data_num": None, "head_camera_type": None}
     return OmegaConf.create(d)
+
+# %% ../nbs/10_interop.ipynb #c700d3dc
+def _from_dp(cfg, dp_cfg, shapes: dict, rgb: list, adim: int):
+    "Copy a diffusion_policy config's shapes, U-Net, scheduler, encoder, optimizer, loader and EMA into `cfg`."
+    P, E = dp_cfg.policy, dp_cfg.policy.obs_encoder
+    cfg.shape_meta.obs, cfg.shape_meta.action_dim = shapes, adim
+    cfg.shape_meta.obs_dim = int(sum(s[0] for s in shapes.values() if len(s) == 1))
+    cfg.task.dataset.obs_keys = sorted(store_key(k) for k in rgb) + sorted(k for k, s in shapes.items() if len(s) == 1)
+    cfg.name = f"robot_dp_{adim}"
+    cfg.horizon, cfg.n_obs_steps = int(dp_cfg.horizon), int(dp_cfg.n_obs_steps)
+    cfg.n_action_steps = int(dp_cfg.n_action_steps)
+    cfg.pad_before, cfg.pad_after = cfg.n_obs_steps - 1, cfg.n_action_steps - 1
+    p, ns = cfg.policy, P.noise_scheduler
+    p.down_dims, p.kernel_size, p.n_groups = list(P.down_dims), int(P.kernel_size), int(P.n_groups)
+    p.diffusion_step_embed_dim = int(P.diffusion_step_embed_dim)
+    p.num_train_timesteps, p.beta_schedule = int(ns.num_train_timesteps), str(ns.beta_schedule)
+    p.prediction_type = str(ns.prediction_type)
+    p.num_inference_steps = int(P.num_inference_steps or ns.num_train_timesteps)
+    e = p.obs_encoder
+    e.backbone, e.group_norm, e.random_crop = "resnet18", bool(E.use_group_norm), bool(E.random_crop)
+    e.imagenet_norm, e.share_backbone = bool(E.imagenet_norm), bool(E.share_rgb_model)
+    e.crop_shape = list(E.crop_shape) if E.crop_shape is not None else None
+    e.resize_shape = list(E.resize_shape) if E.resize_shape is not None else None
+    if "optimizer" in dp_cfg:
+        o = dp_cfg.optimizer
+        cfg.optimizer.lr, cfg.optimizer.betas, cfg.optimizer.eps = float(o.lr), list(o.betas), float(o.eps)
+        cfg.optimizer.weight_decay = float(o.weight_decay)
+    if "dataloader" in dp_cfg: cfg.dataloader.batch_size = int(dp_cfg.dataloader.batch_size)
+    if "training" in dp_cfg:
+        t = dp_cfg.training
+        cfg.training.seed, cfg.training.lr_warmup_steps = int(t.seed), int(t.lr_warmup_steps)
+        cfg.training.num_epochs, cfg.training.lr_scheduler = int(t.num_epochs), str(t.lr_scheduler)
+    if "ema" in dp_cfg:
+        for k in ("power", "inv_gamma", "min_value", "max_value"): cfg.ema[k] = float(dp_cfg.ema[k])
+    return cfg
 
 # %% ../nbs/10_interop.ipynb #fd3a867c
 def config_from_dp(dp_cfg, data=None) -> DictConfig:
     "A dptoolkit config for a diffusion_policy / RoboTwin config (its shapes, U-Net, encoder, schedule and optimizer)."
     try:
         meta = OmegaConf.to_container(dp_cfg.shape_meta, resolve=True)
-        P, E = dp_cfg.policy, dp_cfg.policy.obs_encoder
         adim = int(meta["action"]["shape"][0])
         shapes = {store_key(k): [int(v) for v in o["shape"]] for k, o in meta["obs"].items()}
         rgb = [k for k, o in meta["obs"].items() if o.get("type", "low_dim") == "rgb"]
-        cfg = load_config(DIM_CONFIGS.get(adim, "robot_dp_14"))
-        cfg.shape_meta.obs = shapes
-        cfg.shape_meta.action_dim = adim
-        cfg.shape_meta.obs_dim = int(sum(s[0] for s in shapes.values() if len(s) == 1))
-        cfg.task.dataset.obs_keys = sorted(store_key(k)
-                                           for k in rgb) + sorted(k for k, s in shapes.items() if len(s) == 1)
-        cfg.name = f"robot_dp_{adim}"
-        cfg.horizon, cfg.n_obs_steps, cfg.n_action_steps = (
-            int(dp_cfg.horizon),
-            int(dp_cfg.n_obs_steps),
-            int(dp_cfg.n_action_steps),
-        )
-        cfg.pad_before, cfg.pad_after = cfg.n_obs_steps - 1, cfg.n_action_steps - 1
-        p = cfg.policy
-        p.down_dims = list(P.down_dims)
-        p.kernel_size = int(P.kernel_size)
-        p.n_groups = int(P.n_groups)
-        p.diffusion_step_embed_dim = int(P.diffusion_step_embed_dim)
-        ns = P.noise_scheduler
-        p.num_train_timesteps = int(ns.num_train_timesteps)
-        p.beta_schedule = str(ns.beta_schedule)
-        p.prediction_type = str(ns.prediction_type)
-        p.num_inference_steps = int(P.num_inference_steps or ns.num_train_timesteps)
-        e = p.obs_encoder
-        e.backbone = "resnet18"
-        e.group_norm = bool(E.use_group_norm)
-        e.random_crop = bool(E.random_crop)
-        e.imagenet_norm = bool(E.imagenet_norm)
-        e.share_backbone = bool(E.share_rgb_model)
-        e.crop_shape = list(E.crop_shape) if E.crop_shape is not None else None
-        e.resize_shape = list(E.resize_shape) if E.resize_shape is not None else None
-        if "optimizer" in dp_cfg:
-            o = dp_cfg.optimizer
-            cfg.optimizer.lr = float(o.lr)
-            cfg.optimizer.betas = list(o.betas)
-            cfg.optimizer.eps = float(o.eps)
-            cfg.optimizer.weight_decay = float(o.weight_decay)
-        if "dataloader" in dp_cfg: cfg.dataloader.batch_size = int(dp_cfg.dataloader.batch_size)
-        if "training" in dp_cfg:
-            t = dp_cfg.training
-            cfg.training.seed = int(t.seed)
-            cfg.training.lr_warmup_steps = int(t.lr_warmup_steps)
-            cfg.training.num_epochs = int(t.num_epochs)
-            cfg.training.lr_scheduler = str(t.lr_scheduler)
-        if "ema" in dp_cfg:
-            for k in ("power", "inv_gamma", "min_value", "max_value"): cfg.ema[k] = float(dp_cfg.ema[k])
+        cfg = _from_dp(load_config(DIM_CONFIGS.get(adim, "robot_dp_14")), dp_cfg, shapes, rgb, adim)
     except Exception as e:
         raise InteropError(f"not a diffusion_policy image-policy config ({type(e).__name__}: {str(e)[:200]})") from None
     if data is not None:

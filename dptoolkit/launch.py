@@ -11,6 +11,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['LaunchError', 'launched', 'progress', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch', 'world_info',
@@ -285,92 +286,102 @@ class StallWatch:
         self.beats, self.seen_at, self.slowest = {}, {}, 0.0
         self.moved_at, self.last_progress = None, None
 
-    def limit(self) -> float:
-        return float(self.timeout) if self.timeout not in (None, "auto") else max(self.floor, 20 * self.slowest)
+# %% ../nbs/06_launch.ipynb #bf5291b2
+@patch
+def limit(self: StallWatch) -> float:
+    return float(self.timeout) if self.timeout not in (None, "auto") else max(self.floor, 20 * self.slowest)
 
-    def _read(self, now):
-        import json
-        for r in range(self.world):
-            key = f"dpt/beat/{r}"
-            if not self.store.check([key]): continue
-            b = json.loads(self.store.get(key))
-            old = self.beats.get(r)
-            if old is None or b["seq"] != old["seq"]: self.seen_at[r] = now
-            self.beats[r] = b
+@patch
+def _read(self: StallWatch, now):
+    import json
+    for r in range(self.world):
+        key = f"dpt/beat/{r}"
+        if not self.store.check([key]): continue
+        b = json.loads(self.store.get(key))
+        old = self.beats.get(r)
+        if old is None or b["seq"] != old["seq"]: self.seen_at[r] = now
+        self.beats[r] = b
 
-    def poll(self, now=None) -> str | None:
-        now = time.monotonic() if now is None else now
-        try: self._read(now)
-        except Exception: return None
-        started = any(b["progress"] > 0
-                      for b in self.beats.values()) or all(b["phase"] != "start" for b in self.beats.values())
-        # a first step needs every rank: all are in the loop
-        if len(self.beats) < self.world or not started: return None
-        if any(b["phase"] == "end" for b in self.beats.values()):
-            self.moved_at = None
-            return None
-        progress = sum(b["progress"] for b in self.beats.values())
-        if progress != self.last_progress or self.moved_at is None:
-            if self.moved_at is not None and self.last_progress is not None and progress > self.last_progress:
-                self.slowest = max(self.slowest, (now - self.moved_at) * self.world / (progress - self.last_progress))
-            self.moved_at, self.last_progress = now, progress
-            return None
-        if now - self.moved_at < self.limit(): return None
-        return self.report(now)
+@patch
+def poll(self: StallWatch, now=None) -> str | None:
+    now = time.monotonic() if now is None else now
+    try: self._read(now)
+    except Exception: return None
+    started = any(b["progress"] > 0
+                  for b in self.beats.values()) or all(b["phase"] != "start" for b in self.beats.values())
+    # a first step needs every rank: all are in the loop
+    if len(self.beats) < self.world or not started: return None
+    if any(b["phase"] == "end" for b in self.beats.values()):
+        self.moved_at = None
+        return None
+    progress = sum(b["progress"] for b in self.beats.values())
+    if progress != self.last_progress or self.moved_at is None:
+        if self.moved_at is not None and self.last_progress is not None and progress > self.last_progress:
+            self.slowest = max(self.slowest, (now - self.moved_at) * self.world / (progress - self.last_progress))
+        self.moved_at, self.last_progress = now, progress
+        return None
+    if now - self.moved_at < self.limit(): return None
+    return self.report(now)
 
-    def silent(self, now) -> list:
-        "Ranks whose heartbeat thread stopped publishing: their whole process is frozen (or gone)."
-        return [r for r in range(self.world) if now - self.seen_at.get(r, now) > max(3 * self.every, 10.0)]
+@patch
+def silent(self: StallWatch, now) -> list:
+    "Ranks whose heartbeat thread stopped publishing: their whole process is frozen (or gone)."
+    return [r for r in range(self.world) if now - self.seen_at.get(r, now) > max(3 * self.every, 10.0)]
 
-    def describe(self, r, now) -> str:
-        b = self.beats[r]
-        where = f"pid {b['pid']} on {b['host']}"
-        if r in self.silent(now):
-            state = _proc_state(b["pid"]) if b["host"] == socket.gethostname() else None
-            if state is None and b["host"] == socket.gethostname() and not os.path.exists(f"/proc/{b['pid']}"):
-                state = "gone"
-            return (f"rank {r} ({where}) has not answered for {now - self.seen_at[r]:.0f} s"
-                    + (f", process state {state}" if state else "") + f" (last heard at step {b['progress']})")
-        return f"rank {r} ({where}) is {_PHASES.get(b['phase'], b['phase'])} at step {b['progress']}"
+# %% ../nbs/06_launch.ipynb #e82d3863
+@patch
+def describe(self: StallWatch, r, now) -> str:
+    b = self.beats[r]
+    where = f"pid {b['pid']} on {b['host']}"
+    if r in self.silent(now):
+        state = _proc_state(b["pid"]) if b["host"] == socket.gethostname() else None
+        if state is None and b["host"] == socket.gethostname() and not os.path.exists(f"/proc/{b['pid']}"):
+            state = "gone"
+        return (f"rank {r} ({where}) has not answered for {now - self.seen_at[r]:.0f} s"
+                + (f", process state {state}" if state else "") + f" (last heard at step {b['progress']})")
+    return f"rank {r} ({where}) is {_PHASES.get(b['phase'], b['phase'])} at step {b['progress']}"
 
-    def culprits(self, now) -> list:
-        silent = self.silent(now)
-        if silent: return silent
-        waiting = [r for r, b in self.beats.items() if b["phase"] == "data"]
-        if waiting and len(waiting) < self.world: return waiting
-        low = min(b["progress"] for b in self.beats.values())
-        behind = [r for r, b in self.beats.items() if b["progress"] == low]
-        return behind if len(behind) < self.world else []
+@patch
+def culprits(self: StallWatch, now) -> list:
+    silent = self.silent(now)
+    if silent: return silent
+    waiting = [r for r, b in self.beats.items() if b["phase"] == "data"]
+    if waiting and len(waiting) < self.world: return waiting
+    low = min(b["progress"] for b in self.beats.values())
+    behind = [r for r, b in self.beats.items() if b["progress"] == low]
+    return behind if len(behind) < self.world else []
 
-    def report(self, now) -> str:
-        bad = self.culprits(now)
-        others = [r for r in range(self.world) if r not in bad]
-        head = (f"no rank has made a training step for {now - self.moved_at:.0f} s (training.stall_timeout_s: "
-                f"{self.limit():.0f} s)")
-        if not bad:
-            return (
-                head
-                + ": every rank is waiting in a collective ("
-                + "; ".join(self.describe(r, now) for r in range(self.world))
-                + ")"
-            )
-        return (head + ": " + "; ".join(self.describe(r, now) for r in bad)
-                + (f"; the other rank(s) wait for it ({', '.join(self.describe(r, now) for r in others[:3])}"
-                   + (", …" if len(others) > 3 else "") + ")" if others else ""))
+@patch
+def report(self: StallWatch, now) -> str:
+    bad = self.culprits(now)
+    others = [r for r in range(self.world) if r not in bad]
+    head = (f"no rank has made a training step for {now - self.moved_at:.0f} s (training.stall_timeout_s: "
+            f"{self.limit():.0f} s)")
+    if not bad:
+        return (
+            head
+            + ": every rank is waiting in a collective ("
+            + "; ".join(self.describe(r, now) for r in range(self.world))
+            + ")"
+        )
+    return (head + ": " + "; ".join(self.describe(r, now) for r in bad)
+            + (f"; the other rank(s) wait for it ({', '.join(self.describe(r, now) for r in others[:3])}"
+               + (", …" if len(others) > 3 else "") + ")" if others else ""))
 
-    def ask_for_stacks(self, wait: float = 5.0) -> list:
-        "Ask every live rank to write its Python stacks; the files written within `wait` s."
-        try:
-            self.store.set("dpt/dump", "1")
-            deadline, files = time.monotonic() + wait, {}
-            live = [r for r in range(self.world) if r not in self.silent(time.monotonic())]
-            while time.monotonic() < deadline and len(files) < len(live):
-                for r in live:
-                    if r not in files and self.store.check([f"dpt/dumped/{r}"]):
-                        files[r] = self.store.get(f"dpt/dumped/{r}").decode()
-                time.sleep(0.2)
-            return [files[r] for r in sorted(files)]
-        except Exception: return []
+@patch
+def ask_for_stacks(self: StallWatch, wait: float = 5.0) -> list:
+    "Ask every live rank to write its Python stacks; the files written within `wait` s."
+    try:
+        self.store.set("dpt/dump", "1")
+        deadline, files = time.monotonic() + wait, {}
+        live = [r for r in range(self.world) if r not in self.silent(time.monotonic())]
+        while time.monotonic() < deadline and len(files) < len(live):
+            for r in live:
+                if r not in files and self.store.check([f"dpt/dumped/{r}"]):
+                    files[r] = self.store.get(f"dpt/dumped/{r}").decode()
+            time.sleep(0.2)
+        return [files[r] for r in sorted(files)]
+    except Exception: return []
 
 # %% ../nbs/06_launch.ipynb #64010fe6
 def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2.0, exit_code: int = 70):
@@ -405,93 +416,100 @@ class _Supervisor:
         self.sentinels = {p.sentinel: i for i, p in enumerate(procs)}
         self.finished, self.result, self.failure, self.stop_at, self.next_poll = set(), None, None, {}, 0.0
 
-    def handle(self, msg):
-        kind, rank = msg[0], msg[1]
-        if kind == "out": print(f"[rank {rank}] {msg[2]}", flush=True)
-        elif kind == "progress": self.bar.update(msg[2])
-        elif kind == "result":
-            self.finished.add(rank)
-            if rank == 0: self.result = cloudpickle.loads(msg[2])
-        elif kind == "error" and self.failure is None:
-            # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
-            # anything else (a bug, a library's exception) carries the rank's traceback in the message
-            tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
-            self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2],
-                                       rank_traceback=msg[3])
+# %% ../nbs/06_launch.ipynb #448a86b6
+@patch
+def handle(self: _Supervisor, msg):
+    kind, rank = msg[0], msg[1]
+    if kind == "out": print(f"[rank {rank}] {msg[2]}", flush=True)
+    elif kind == "progress": self.bar.update(msg[2])
+    elif kind == "result":
+        self.finished.add(rank)
+        if rank == 0: self.result = cloudpickle.loads(msg[2])
+    elif kind == "error" and self.failure is None:
+        # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
+        # anything else (a bug, a library's exception) carries the rank's traceback in the message
+        tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
+        self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2],
+                                   rank_traceback=msg[3])
 
-    def drain(self, conn):
+@patch
+def drain(self: _Supervisor, conn):
+    try:
+        while conn.poll(0): self.handle(conn.recv())
+    except (EOFError, OSError): self.conns.pop(conn, None)
+
+@patch
+def exited(self: _Supervisor, rank):
+    "A rank's process ended: read what it sent last; a rank that ends without a result fails the run."
+    self.procs[rank].join()
+    for c, rk in list(self.conns.items()):
+        if rk == rank: self.drain(c)
+    code = self.procs[rank].exitcode
+    if self.failure is None and rank not in self.finished:
+        cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
+        if self.stop_at and code < 0:
+            cause += f" (the launcher passed on {self.stop_at['name']}; this rank does not handle it)"
+        self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",
+                                   rank=rank, cause=cause)
+
+@patch
+def stalled(self: _Supervisor):
+    "About once a second, busy output or not: the watch's report becomes the failure (with the live ranks' stacks)."
+    if self.watch is None or time.monotonic() < self.next_poll: return
+    self.next_poll = time.monotonic() + 1.0
+    msg = self.watch.poll()
+    if not msg: return
+    stacks = self.watch.ask_for_stacks()
+    bad = self.watch.culprits(time.monotonic())
+    self.failure = LaunchError(f"stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
+                               + "; the ranks were stopped (the last checkpoint stays 'latest')",
+                               rank=bad[0] if bad else None, cause="stalled")
+
+# %% ../nbs/06_launch.ipynb #6d2f7177
+@patch
+def forward(self: _Supervisor, signum, frame):
+    # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting, so ranks
+    # that handle it (train_worker: checkpoint, then return) finish normally within `stop_grace` seconds
+    if not self.stop_at:
+        self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
+        print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), "
+              f"waiting up to {self.stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
+    for p in self.procs:
         try:
-            while conn.poll(0): self.handle(conn.recv())
-        except (EOFError, OSError): self.conns.pop(conn, None)
+            if p.is_alive(): os.kill(p.pid, signum)
+        except (ProcessLookupError, ValueError): pass
 
-    def exited(self, rank):
-        "A rank's process ended: read what it sent last; a rank that ends without a result fails the run."
-        self.procs[rank].join()
-        for c, rk in list(self.conns.items()):
-            if rk == rank: self.drain(c)
-        code = self.procs[rank].exitcode
-        if self.failure is None and rank not in self.finished:
-            cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
-            if self.stop_at and code < 0:
-                cause += f" (the launcher passed on {self.stop_at['name']}; this rank does not handle it)"
-            self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",
-                                       rank=rank, cause=cause)
+@patch
+def run(self: _Supervisor):
+    "Wait until every rank finished (rank 0's result) or one failed (`LaunchError`)."
+    while len(self.finished) < len(self.procs) and self.failure is None:
+        if self.stop_at and time.monotonic() - self.stop_at["t"] > self.stop_grace:
+            self.failure = LaunchError(f"the ranks did not stop within {self.stop_grace:g} s of "
+                                       f"{self.stop_at['name']}; they were killed")
+            break
+        ready = mpc.wait(list(self.conns) + list(self.sentinels), timeout=1.0)
+        self.stalled()
+        for obj in ready if self.failure is None else []:
+            if obj in self.conns:
+                try: self.handle(obj.recv())
+                except (EOFError, OSError): self.conns.pop(obj, None)
+            elif obj in self.sentinels: self.exited(self.sentinels.pop(obj))
+            if self.failure is not None: break
+    if self.failure is not None: raise self.failure
+    return self.result
 
-    def stalled(self):
-        "About once a second, busy output or not: the watch's report becomes the failure (with the live ranks' stacks)."
-        if self.watch is None or time.monotonic() < self.next_poll: return
-        self.next_poll = time.monotonic() + 1.0
-        msg = self.watch.poll()
-        if not msg: return
-        stacks = self.watch.ask_for_stacks()
-        bad = self.watch.culprits(time.monotonic())
-        self.failure = LaunchError(f"stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
-                                   + "; the ranks were stopped (the last checkpoint stays 'latest')",
-                                   rank=bad[0] if bad else None, cause="stalled")
-
-    def forward(self, signum, frame):
-        # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting,
-        # so ranks that
-        # handle it (train_worker: checkpoint, then return) finish normally within `stop_grace` seconds
-        if not self.stop_at:
-            self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
-            print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), "
-                  f"waiting up to {self.stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
-        for p in self.procs:
-            try:
-                if p.is_alive(): os.kill(p.pid, signum)
-            except (ProcessLookupError, ValueError): pass
-
-    def run(self):
-        "Wait until every rank finished (rank 0's result) or one failed (`LaunchError`)."
-        while len(self.finished) < len(self.procs) and self.failure is None:
-            if self.stop_at and time.monotonic() - self.stop_at["t"] > self.stop_grace:
-                self.failure = LaunchError(f"the ranks did not stop within {self.stop_grace:g} s of "
-                                           f"{self.stop_at['name']}; they were killed")
-                break
-            ready = mpc.wait(list(self.conns) + list(self.sentinels), timeout=1.0)
-            self.stalled()
-            for obj in ready if self.failure is None else []:
-                if obj in self.conns:
-                    try: self.handle(obj.recv())
-                    except (EOFError, OSError): self.conns.pop(obj, None)
-                elif obj in self.sentinels: self.exited(self.sentinels.pop(obj))
-                if self.failure is not None: break
-        if self.failure is not None: raise self.failure
-        return self.result
-
-    def close(self, grace, ok):
-        # after success the ranks are exiting on their own: let them finish (a rank terminated mid-exit leaves its
-        # semaphores for the resource tracker to warn about); after a failure give the others 2 s to fail or
-        # finish on their
-        # own (the same reason), after an interrupt stop them at once
-        _stop(self.procs, grace, wait=10.0 if ok else (2.0 if self.failure is not None else 0.0))
-        for c in list(self.conns):
-            try:
-                while c.poll(0): self.handle(c.recv())
-            except Exception: pass
-            c.close()
-        self.bar.close()
+@patch
+def close(self: _Supervisor, grace, ok):
+    # after success the ranks are exiting on their own: let them finish (a rank terminated mid-exit leaves its
+    # semaphores for the resource tracker to warn about); after a failure give the others 2 s to fail or finish on
+    # their own (the same reason), after an interrupt stop them at once
+    _stop(self.procs, grace, wait=10.0 if ok else (2.0 if self.failure is not None else 0.0))
+    for c in list(self.conns):
+        try:
+            while c.poll(0): self.handle(c.recv())
+        except Exception: pass
+        c.close()
+    self.bar.close()
 
 # %% ../nbs/06_launch.ipynb #1e527126
 def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from fastcore.basics import patch
 
 from .store import open_store, read_chunk_rows
 
@@ -22,24 +23,6 @@ class Normalizer(nn.Module):
         super().__init__()
         self.keys = []
         for k, st in (stats or {}).items(): self.add(k, *st)
-
-    def add(self, key, lo, hi, mean=None, std=None, eps: float = 1e-4):
-        "Fit `key` to limits `lo`/`hi`; `mean`/`std` are kept for export (mid-range and 0 when not given)."
-        f = lambda v: torch.as_tensor(np.asarray(v), dtype=torch.float32)
-        lo, hi = f(lo), f(hi)
-        rng = hi - lo
-        const = rng < eps
-        scale = torch.where(const, torch.ones_like(rng), 2.0 / rng.clamp_min(eps))
-        offset = torch.where(const, -lo, -1.0 - scale * lo)
-        stats = torch.stack([lo, hi, f((lo + hi) / 2 if mean is None else mean),
-                             f(torch.zeros_like(lo) if std is None else std)])
-        self.register_buffer(f"scale_{key}", scale)
-        self.register_buffer(f"offset_{key}", offset)
-        self.register_buffer(f"stats_{key}", stats)
-        if key not in self.keys: self.keys.append(key)
-
-    def normalize(self, key, x): return x * getattr(self, f"scale_{key}") + getattr(self, f"offset_{key}")
-    def unnormalize(self, key, y): return (y - getattr(self, f"offset_{key}")) / getattr(self, f"scale_{key}")
 
     @classmethod
     def from_store(cls, path, keys):
@@ -79,3 +62,26 @@ class Normalizer(nn.Module):
                                   else torch.stack([lo, hi, (lo + hi) / 2, 0 * lo]))
                 n.keys.append(k)
         return n
+
+# %% ../nbs/03a_normalize.ipynb #3acb158e
+@patch
+def add(self: Normalizer, key, lo, hi, mean=None, std=None, eps: float = 1e-4):
+    "Fit `key` to limits `lo`/`hi`; `mean`/`std` are kept for export (mid-range and 0 when not given)."
+    f = lambda v: torch.as_tensor(np.asarray(v), dtype=torch.float32)
+    lo, hi = f(lo), f(hi)
+    rng = hi - lo
+    const = rng < eps
+    scale = torch.where(const, torch.ones_like(rng), 2.0 / rng.clamp_min(eps))
+    offset = torch.where(const, -lo, -1.0 - scale * lo)
+    stats = torch.stack([lo, hi, f((lo + hi) / 2 if mean is None else mean),
+                         f(torch.zeros_like(lo) if std is None else std)])
+    self.register_buffer(f"scale_{key}", scale)
+    self.register_buffer(f"offset_{key}", offset)
+    self.register_buffer(f"stats_{key}", stats)
+    if key not in self.keys: self.keys.append(key)
+
+@patch
+def normalize(self: Normalizer, key, x): return x * getattr(self, f"scale_{key}") + getattr(self, f"offset_{key}")
+
+@patch
+def unnormalize(self: Normalizer, key, y): return (y - getattr(self, f"offset_{key}")) / getattr(self, f"scale_{key}")

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
+from fastcore.basics import patch
 
 from .normalize import Normalizer
 
@@ -221,55 +222,60 @@ class ObsEncoder(nn.Module):
     @property
     def random_crops(self) -> bool: return bool(self.crop) and self.training and self.random_crop
 
-    def draw_crops(self, key, n, device, generator=None):
-        "Top-left corners (n, 2) of random crop windows of camera `key`'s frames (training); drawn on `device`."
-        H, W = self.resize or self.image_shapes[key][1:]
-        h, w = self.crop
-        oy = torch.randint(0, H - h + 1, (n, 1), device=device, generator=generator)
-        ox = torch.randint(0, W - w + 1, (n, 1), device=device, generator=generator)
-        return torch.cat([oy, ox], dim=1)
+# %% ../nbs/04_policy.ipynb #c13e79c9
+@patch
+def draw_crops(self: ObsEncoder, key, n, device, generator=None):
+    "Top-left corners (n, 2) of random crop windows of camera `key`'s frames (training); drawn on `device`."
+    H, W = self.resize or self.image_shapes[key][1:]
+    h, w = self.crop
+    oy = torch.randint(0, H - h + 1, (n, 1), device=device, generator=generator)
+    ox = torch.randint(0, W - w + 1, (n, 1), device=device, generator=generator)
+    return torch.cat([oy, ox], dim=1)
 
-    def crop_frames(self, x, offsets=None):
-        """Random (training: the windows at `offsets`, (N, 2) rows/cols) or centre (eval) `crop_shape` window of each
-        frame of (N, C, H, W); a gather on the device, no host sync."""
-        N, C, H, W = x.shape
-        h, w = self.crop
-        if offsets is None:
-            t, l = int(round((H - h) / 2.0)), int(round((W - w) / 2.0))   # torchvision's CenterCrop
-            return x[:, :, t:t + h, l:l + w]
-        dev = x.device
-        rows = (offsets[:, :1] + torch.arange(h, device=dev))[:, None, :, None]
-        cols = (offsets[:, 1:] + torch.arange(w, device=dev))[:, None, None, :]
-        return x[torch.arange(N, device=dev)[:, None, None, None], torch.arange(C, device=dev)[None, :, None, None],
-                 rows, cols]
+@patch
+def crop_frames(self: ObsEncoder, x, offsets=None):
+    """Random (training: the windows at `offsets`, (N, 2) rows/cols) or centre (eval) `crop_shape` window of each
+    frame of (N, C, H, W); a gather on the device, no host sync."""
+    N, C, H, W = x.shape
+    h, w = self.crop
+    if offsets is None:
+        t, l = int(round((H - h) / 2.0)), int(round((W - w) / 2.0))   # torchvision's CenterCrop
+        return x[:, :, t:t + h, l:l + w]
+    dev = x.device
+    rows = (offsets[:, :1] + torch.arange(h, device=dev))[:, None, :, None]
+    cols = (offsets[:, 1:] + torch.arange(w, device=dev))[:, None, None, :]
+    return x[torch.arange(N, device=dev)[:, None, None, None], torch.arange(C, device=dev)[None, :, None, None],
+             rows, cols]
 
-    def preprocess(self, img, offsets=None):
-        """uint8 (N, 3, H, W) → the backbone's float input (cropping uint8 before the conversion when there is no
-        resize)."""
-        x = img
-        if self.resize:
-            x = F.interpolate(x.float(), size=self.resize, mode="bilinear", antialias=True, align_corners=False)
-        if self.crop: x = self.crop_frames(x, offsets)
-        x = x.float() / 255.0 * 2.0 - 1.0
-        return (x - self.img_mean) / self.img_std if self.imagenet_norm else x
+@patch
+def preprocess(self: ObsEncoder, img, offsets=None):
+    """uint8 (N, 3, H, W) → the backbone's float input (cropping uint8 before the conversion when there is no
+    resize)."""
+    x = img
+    if self.resize:
+        x = F.interpolate(x.float(), size=self.resize, mode="bilinear", antialias=True, align_corners=False)
+    if self.crop: x = self.crop_frames(x, offsets)
+    x = x.float() / 255.0 * 2.0 - 1.0
+    return (x - self.img_mean) / self.img_std if self.imagenet_norm else x
 
-    def forward(self, obs: dict, generator=None, crops: dict | None = None):
-        """obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N,
-        output_dim). Training crops each camera at `crops[key]` ((N, 2) corners), drawn here from `generator` when not
-        given."""
-        feats, crops = [], dict(crops or {})
-        if self.random_crops:
-            for k in self.rgb_keys:
-                if k not in crops: crops[k] = self.draw_crops(k, obs[k].shape[0], obs[k].device, generator)
-        else: crops = {}
-        if self.share and self.rgb_keys:
-            N = obs[self.rgb_keys[0]].shape[0]
-            f = self.key_model_map["rgb"](torch.cat([self.preprocess(obs[k], crops.get(k)) for k in self.rgb_keys]))
-            feats.append(f.reshape(len(self.rgb_keys), N, -1).transpose(0, 1).reshape(N, -1))
-        else:
-            feats += [self.key_model_map[k](self.preprocess(obs[k], crops.get(k))) for k in self.rgb_keys]
-        feats += [obs[k].float() for k in self.low_dim_keys]
-        return torch.cat(feats, dim=-1)
+@patch
+def forward(self: ObsEncoder, obs: dict, generator=None, crops: dict | None = None):
+    """obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N,
+    output_dim). Training crops each camera at `crops[key]` ((N, 2) corners), drawn here from `generator` when not
+    given."""
+    feats, crops = [], dict(crops or {})
+    if self.random_crops:
+        for k in self.rgb_keys:
+            if k not in crops: crops[k] = self.draw_crops(k, obs[k].shape[0], obs[k].device, generator)
+    else: crops = {}
+    if self.share and self.rgb_keys:
+        N = obs[self.rgb_keys[0]].shape[0]
+        f = self.key_model_map["rgb"](torch.cat([self.preprocess(obs[k], crops.get(k)) for k in self.rgb_keys]))
+        feats.append(f.reshape(len(self.rgb_keys), N, -1).transpose(0, 1).reshape(N, -1))
+    else:
+        feats += [self.key_model_map[k](self.preprocess(obs[k], crops.get(k))) for k in self.rgb_keys]
+    feats += [obs[k].float() for k in self.low_dim_keys]
+    return torch.cat(feats, dim=-1)
 
 # %% ../nbs/04_policy.ipynb #6a4569b3
 def obs_shapes(cfg) -> dict:
@@ -328,62 +334,6 @@ class DiffusionPolicy(nn.Module):
                    num_train_timesteps=p.num_train_timesteps, num_inference_steps=p.num_inference_steps,
                    beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler)
 
-    def encode_obs(self, obs: dict, generator=None, crops=None) -> torch.Tensor:
-        """(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy
-        flattens it."""
-        To, flat, B = self.n_obs_steps, {}, None
-        for k in self.low_dim_keys:
-            x = obs[k][:, :To].float()
-            if k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
-            B = x.shape[0]
-            flat[k] = x.reshape(-1, x.shape[-1])
-        for k in self.image_keys:
-            img = obs[k]
-            if img.dtype != torch.uint8 or img.ndim != 5 or tuple(img.shape[2:]) != self.obs_encoder.image_shapes[k]:
-                raise PolicyError(f"camera {k}: got {str(img.dtype).removeprefix('torch.')} {list(img.shape)}, "
-                                  f"expected uint8 (B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
-            B = img.shape[0]
-            flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
-        return self.obs_encoder(flat, generator, crops).reshape(B, -1)
-
-    def draw(self, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
-        """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
-        on the batch's device from `generator` (those given are kept). The loop draws them *outside* a compiled model,
-        so `torch.compile` only sees tensors in and a loss out: no generator or RNG state inside the graph."""
-        action = batch["action"]
-        B, dev = action.shape[0], action.device
-        crops = dict(crops or {})
-        if self.obs_encoder.random_crops:
-            for k in self.image_keys:   # the encoder's order: one (B × n_obs_steps, 2) draw per camera
-                if k not in crops: crops[k] = self.obs_encoder.draw_crops(k, B * self.n_obs_steps, dev, generator)
-        if noise is None: noise = torch.randn(action.shape, device=dev, generator=generator)
-        if timesteps is None:
-            timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev,
-                                      generator=generator)
-        return dict(noise=noise, timesteps=timesteps, crops=crops)
-
-    def add_noise(self, x, noise, t):
-        """The forward diffusion `sqrt(ᾱ_t) x + sqrt(1 - ᾱ_t) noise` (diffusers' `add_noise`, from a buffer already on
-        the device)."""
-        a = self.alphas_cumprod.to(x.dtype)[t]
-        shape = (-1,) + (1,) * (x.ndim - 1)
-        return (a ** 0.5).reshape(shape) * x + ((1 - a) ** 0.5).reshape(shape) * noise
-
-    def compute_loss(self, batch, generator=None, noise=None, timesteps=None, crops=None) -> torch.Tensor:
-        """Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`, `timesteps` and
-        `crops` (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order."""
-        d = self.draw(batch, generator, noise, timesteps, crops)
-        action = batch["action"].float()
-        if "action" in self.normalizer.keys: action = self.normalizer.normalize("action", action)
-        cond = self.encode_obs(batch["obs"], crops=d["crops"])
-        noisy = self.add_noise(action, d["noise"], d["timesteps"])
-        pred = self.model(noisy, d["timesteps"], cond)
-        target = d["noise"] if self.prediction_type == "epsilon" else action
-        return F.mse_loss(pred.float(), target)
-
-    def forward(self, batch, generator=None, noise=None, timesteps=None, crops=None):
-        return self.compute_loss(batch, generator, noise, timesteps, crops)
-
     @torch.no_grad()
     def predict_action(self, obs: dict, generator=None, num_inference_steps=None) -> dict:
         "Sample actions: {'action_pred': (B, horizon, D), 'action': the n_action_steps to execute}."
@@ -398,3 +348,66 @@ class DiffusionPolicy(nn.Module):
         if "action" in self.normalizer.keys: x = self.normalizer.unnormalize("action", x)
         start = self.n_obs_steps - 1
         return {"action_pred": x, "action": x[:, start:start + self.n_action_steps]}
+
+# %% ../nbs/04_policy.ipynb #7108a0c5
+@patch
+def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None) -> torch.Tensor:
+    """(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy
+    flattens it."""
+    To, flat, B = self.n_obs_steps, {}, None
+    for k in self.low_dim_keys:
+        x = obs[k][:, :To].float()
+        if k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
+        B = x.shape[0]
+        flat[k] = x.reshape(-1, x.shape[-1])
+    for k in self.image_keys:
+        img = obs[k]
+        if img.dtype != torch.uint8 or img.ndim != 5 or tuple(img.shape[2:]) != self.obs_encoder.image_shapes[k]:
+            raise PolicyError(f"camera {k}: got {str(img.dtype).removeprefix('torch.')} {list(img.shape)}, "
+                              f"expected uint8 (B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
+        B = img.shape[0]
+        flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
+    return self.obs_encoder(flat, generator, crops).reshape(B, -1)
+
+@patch
+def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
+    """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
+    on the batch's device from `generator` (those given are kept). The loop draws them *outside* a compiled model,
+    so `torch.compile` only sees tensors in and a loss out: no generator or RNG state inside the graph."""
+    action = batch["action"]
+    B, dev = action.shape[0], action.device
+    crops = dict(crops or {})
+    if self.obs_encoder.random_crops:
+        for k in self.image_keys:   # the encoder's order: one (B × n_obs_steps, 2) draw per camera
+            if k not in crops: crops[k] = self.obs_encoder.draw_crops(k, B * self.n_obs_steps, dev, generator)
+    if noise is None: noise = torch.randn(action.shape, device=dev, generator=generator)
+    if timesteps is None:
+        timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev,
+                                  generator=generator)
+    return dict(noise=noise, timesteps=timesteps, crops=crops)
+
+@patch
+def add_noise(self: DiffusionPolicy, x, noise, t):
+    """The forward diffusion `sqrt(ᾱ_t) x + sqrt(1 - ᾱ_t) noise` (diffusers' `add_noise`, from a buffer already on
+    the device)."""
+    a = self.alphas_cumprod.to(x.dtype)[t]
+    shape = (-1,) + (1,) * (x.ndim - 1)
+    return (a ** 0.5).reshape(shape) * x + ((1 - a) ** 0.5).reshape(shape) * noise
+
+# %% ../nbs/04_policy.ipynb #96308508
+@patch
+def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> torch.Tensor:
+    """Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`, `timesteps` and
+    `crops` (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order."""
+    d = self.draw(batch, generator, noise, timesteps, crops)
+    action = batch["action"].float()
+    if "action" in self.normalizer.keys: action = self.normalizer.normalize("action", action)
+    cond = self.encode_obs(batch["obs"], crops=d["crops"])
+    noisy = self.add_noise(action, d["noise"], d["timesteps"])
+    pred = self.model(noisy, d["timesteps"], cond)
+    target = d["noise"] if self.prediction_type == "epsilon" else action
+    return F.mse_loss(pred.float(), target)
+
+@patch
+def forward(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None):
+    return self.compute_loss(batch, generator, noise, timesteps, crops)

@@ -65,7 +65,7 @@ def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), 
     for ws, a, rule in grid:
         c = OmegaConf.create(OmegaConf.to_container(cfg))
         OmegaConf.set_struct(c, True)
-        apply_overrides(c, [f"scaling.keep_effective_batch_size=false", f"scaling.lr_scaling={rule}",
+        apply_overrides(c, ["scaling.keep_effective_batch_size=false", f"scaling.lr_scaling={rule}",
                             f"training.gradient_accumulate_every={a}", f"training.max_steps={steps}",
                             "training.val_every=1",
                             "training.checkpoint_every=0", f"training.log_every={max(1, steps // 20)}",

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from . import __version__
 from .config import ConfigError, plan as make_plan
-from .dataset import ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader
+from .dataset import ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader, run_storage
 from .normalize import Normalizer
 from .checkpoint import (TrainError, check_run_dir, check_store_shapes, latest_checkpoint, load_checkpoint,
                                   load_weights, lock_run, resume_step, unlock_run, write_checkpoint)
@@ -28,8 +28,8 @@ from .store import describe
 
 # %% auto #0
 __all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
-           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'restore', 'log_step',
-           'train_worker', 'RunResult', 'BackgroundRun', 'train']
+           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'restore',
+           'optimizer_step', 'log_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #5931fab9
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
@@ -555,6 +555,21 @@ class _Window:
         b[7 + self.n] = gn
         self.n += 1
 
+def optimizer_step(R):
+    """One optimizer step after the micro-batches' backward passes: unscale (fp16), clip and measure the total grad
+    norm, step, zero the gradients, advance the LR schedule, update the EMA. Returns the norm (a device tensor: no
+    host sync)."""
+    if R.scaler: R.scaler.unscale_(R.opt)
+    gn = _grad_norm(R.params, R.T.grad_clip)
+    if R.scaler:
+        R.scaler.step(R.opt)
+        R.scaler.update()
+    else: R.opt.step()
+    R.opt.zero_grad(set_to_none=True)
+    R.sched.step()
+    if R.ema is not None: R.ema.update_parameters(R.model)
+    return gn
+
 # %% ../nbs/05_train.ipynb #26cb88f8
 def log_step(R, W, stop, val_due):
     "At a log step: reduce the window, write the record (rank 0), check finiteness and spikes, agree on a stop."
@@ -629,8 +644,7 @@ def _finish(R, W) -> dict | None:
 
 # %% ../nbs/05_train.ipynb #f52200bf
 def train_worker(cfg) -> dict:
-    """Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder and
-    returns metrics."""
+    "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder."
     R = _rank_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
     T, p = R.T, R.p
     _build(R)
@@ -640,21 +654,11 @@ def train_worker(cfg) -> dict:
     if resume: restore(R)
     _wrap(R)
     _open_run(R, resume)
-    # progress and phase for the stall watchdog
-    R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)
+    R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # step and phase for the watchdog
     stop = StopSignal(T.stop_signals)                # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
     try:
         W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
-        net, model, gen, opt, sched, scaler, ema, device = (
-            R.net,
-            R.model,
-            R.gen,
-            R.opt,
-            R.sched,
-            R.scaler,
-            R.ema,
-            R.device,
-        )
+        net, model, gen, scaler, device = R.net, R.model, R.gen, R.scaler, R.device
         while R.step < R.total and not R.stopping:
             R.loader.set_epoch(R.epoch, skip_batches=R.skip_steps * p.grad_accum)
             R.skip_steps = 0
@@ -676,23 +680,14 @@ def train_worker(cfg) -> dict:
                     t_data = time.perf_counter()
                     beat.phase = "data"
                     continue
-                if scaler: scaler.unscale_(opt)
-                gn = _grad_norm(R.params, T.grad_clip)
-                if scaler:
-                    scaler.step(opt)
-                    scaler.update()
-                else: opt.step()
-                opt.zero_grad(set_to_none=True)
-                sched.step()
-                if ema is not None: ema.update_parameters(model)
+                gn = optimizer_step(R)
                 R.step += 1
                 R.step_in_epoch += 1
                 beat.progress = R.step
                 W.add(loss_acc, gn.detach().double())
                 loss_acc = 0.0
                 val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch
-                           and (R.epoch + 1) % T.val_every == 0
-                           and len(R.val_ds) > 0)
+                           and (R.epoch + 1) % T.val_every == 0 and len(R.val_ds) > 0)
                 if R.step % T.log_every == 0 or R.step == R.total or val_due: log_step(R, W, stop, val_due)
                 if T.checkpoint_every and R.step % T.checkpoint_every == 0 and R.step < R.total: _save(R)
                 if R.step >= R.total or R.step_in_epoch >= R.steps_per_epoch or R.stopping: break
@@ -807,6 +802,10 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
         return RunResult(rd, json.loads((rd / "result.json").read_text()))
     if not wait: return _start_background(cfg, rd, dev, backend)
     # storage mmap: the machine's decoded cache, built once, with a progress bar here
+    if info is not None:   # the storage is decided here, once: every rank reads the resolved mode from the config
+        mode, _, note = run_storage(cfg, info)
+        OmegaConf.update(cfg, "task.dataset.storage", mode, force_add=True)
+        if note: print(f"train: {note}")
     prepare_cache(cfg, progress=progress, info=info)
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,

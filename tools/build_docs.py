@@ -34,7 +34,15 @@ def strip_directives(src):
 def public_names(src):
     try: tree = ast.parse(strip_directives(src))
     except SyntaxError: return []
-    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")]
+    names = []
+    for n in tree.body:
+        if not isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) or n.name.startswith("_"): continue
+        patched = any(isinstance(d, ast.Name) and d.id == "patch" for d in getattr(n, "decorator_list", []))
+        if patched:   # fastcore's @patch: a method added to the class its `self` is annotated with
+            ann = n.args.args[0].annotation if n.args.args else None
+            if isinstance(ann, ast.Name): names.append(f"{ann.id}.{n.name}")
+        else: names.append(n.name)
+    return names
 
 
 def prepare(nb):
