@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fail when the notebooks in nbs/ and the library in dptoolkit/ are out of step, or when a
-# notebook is not clean (outputs/metadata noise that nbdev_clean would strip).
+# notebook is not clean (outputs/metadata noise that nbdev_clean would strip), or when the house's shape slips
+# (tools/check_style.py: lines over 120 characters, ';'-joined statements, exported cells over 60 lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 snap() { find "$@" -type f \( -name '*.py' -o -name '*.ipynb' \) -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z | xargs -0 sha256sum; }
@@ -17,4 +18,5 @@ if [ "$before_nb" != "$after_nb" ]; then
   exit 1
 fi
 python3 tools/make_readme.py --check
-echo "check: notebooks, library and README in step; notebooks clean"
+python3 tools/check_style.py
+echo "check: notebooks, library and README in step; notebooks clean; lines ≤ 120, cells ≤ 60"
