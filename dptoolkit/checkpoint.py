@@ -84,11 +84,8 @@ def load_checkpoint(path) -> dict:
             out[key] = None
             continue
         try:
-            out[key] = (
-                load_file(str(f))
-                if fname.endswith("safetensors")
-                else torch.load(f, weights_only=True, map_location="cpu")
-            )
+            if fname.endswith("safetensors"): out[key] = load_file(str(f))
+            else: out[key] = torch.load(f, weights_only=True, map_location="cpu")
         except Exception as e:
             raise TrainError(
                 f"{f}: cannot be read ({type(e).__name__}: {str(e)[:200]}); the checkpoint is corrupt"

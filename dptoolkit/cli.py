@@ -167,11 +167,8 @@ def run_folders(paths) -> list:
     "Run folders from paths: a run folder itself, or every run folder (one with logs.jsonl) found below a folder."
     out = []
     for p in map(Path, paths):
-        found = (
-            [p]
-            if (p / "logs.jsonl").exists()
-            else sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
-        )
+        if (p / "logs.jsonl").exists(): found = [p]
+        else: found = sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
         if not found:
             raise CLIError(f"{p}: no logs.jsonl in it or below it (is this a run folder, or a folder of runs?)")
         out += found

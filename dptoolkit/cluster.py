@@ -119,11 +119,8 @@ def slurm_script(train_args, *, nodes: int = 1, gpus_per_node: int = 1, cpu: boo
     sb = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--chdir={Path.cwd()}"]
     sb += [f"--cpus-per-task={cpus_per_task or gpus_per_node}"] if cpu else [f"--gpus-per-node={gpus_per_node}"] + (
         [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else [])
-    sb += (
-        [f"--partition={partition}"] * bool(partition)
-        + [f"--time={time}"] * bool(time)
-        + [f"--account={account}"] * bool(account)
-    )
+    sb += [f"--partition={partition}"] * bool(partition) + [f"--time={time}"] * bool(time)
+    sb += [f"--account={account}"] * bool(account)
     sb += [f"--signal=B:USR1@{int(grace)}", "--open-mode=append",
            f"--output={run_abs}/slurm-%j.out"] + ["--requeue"] * requeue
     q = lambda a: shlex.quote(a)

@@ -257,11 +257,8 @@ def episodes(path) -> pd.DataFrame:
     g = open_store(path)
     ends = np.asarray(g["meta/episode_ends"][:], dtype=np.int64)
     starts = np.concatenate([[0], ends[:-1]])
-    task = (
-        np.asarray(g["meta/episode_task"][:])
-        if "episode_task" in dict(g["meta"].arrays())
-        else np.zeros(len(ends), int)
-    )
+    meta = dict(g["meta"].arrays())
+    task = np.asarray(meta["episode_task"][:]) if "episode_task" in meta else np.zeros(len(ends), int)
     names = info.task_names or [Path(path).name.removesuffix(".zarr")]
     df = pd.DataFrame(dict(episode=np.arange(len(ends)), start=starts, end=ends, length=ends - starts, task=task))
     df["task_name"] = [names[t] if 0 <= t < len(names) else str(t) for t in task]

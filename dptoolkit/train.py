@@ -277,11 +277,8 @@ def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision,
     T = cfg.training
     if not compile_wanted(T, device):
         return net, "eager" + (" (compile auto: CUDA only)" if T.compile == "auto" else "")
-    rtol = (
-        T.compile_check_rtol
-        if OmegaConf.select(T, "compile_check_rtol") is not None
-        else (0.02 if precision == "fp32" else 0.1)
-    )
+    rtol = OmegaConf.select(T, "compile_check_rtol")
+    if rtol is None: rtol = 0.02 if precision == "fp32" else 0.1
     # the run's shapes: no recompile
     batch = _to(train_ds.__getitems__(list(range(min(len(train_ds), batch_size)))), device)
     return compile_checked(model, net, T.compile_backend, batch, autocast, rtol, fallback=T.compile == "auto",
