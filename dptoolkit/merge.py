@@ -181,6 +181,5 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
         if e.errno != errno.ENOSPC: raise
         raise MergeError(f"{dest}: the disk filled up while merging (about {_fmt_bytes(need)} needed, "
                          f"{_fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)} free in "
-                         f"{existing_parent(dest)}); "
-                         "nothing was written") from None
+                         f"{existing_parent(dest)}); nothing was written") from None
     return describe(dest)
