@@ -11,6 +11,9 @@ FLOPs per sample come from `torch.utils.flop_counter` (forward + backward of one
 over the GPU's dense bf16 peak (known GPUs only). "learns" compares the compiled run's losses with the eager bf16 run's
 at every log step (same seed). On CPU, `--quick` runs the same rows on the small `test` config (a smoke test).
 Usage: python bench/gpu.py [--steps 300] [--batch 128] [--gb 1.5] [--store PATH] [--skip compiled,...] [--quick]
+On the lent GPU machine (its image has torch, torchvision, safetensors, tqdm, pandas, psutil, cloudpickle but not the
+rest of our requirements): carry wheels for zarr, numcodecs, donfig, crc32c, omegaconf, antlr4-python3-runtime,
+diffusers and fastcore (the device README says how), then run this with PYTHONPATH at them and at this checkout.
 """
 import argparse, contextlib, json, statistics, sys, tempfile, time
 from pathlib import Path
