@@ -125,7 +125,9 @@ def _info(self: DecodedCache):
     return self.described
 
 @patch
-def file(self: DecodedCache, key) -> Path: return self.dir / f"{key}.npy"
+def file(self: DecodedCache, key) -> Path:
+    "The `.npy` file that holds `key`'s decoded rows."
+    return self.dir / f"{key}.npy"
 
 @patch
 def has(self: DecodedCache, keys) -> bool:
@@ -224,6 +226,7 @@ def _write_manifest(self: DecodedCache, info, built, seconds, nbytes):
 
 @patch
 def manifest(self: DecodedCache) -> dict:
+    "The entry's manifest (store, keys with shape and dtype, builds); `{}` before the first build."
     try: return json.loads((self.dir / "manifest.json").read_text())
     except (OSError, ValueError): return {}
 

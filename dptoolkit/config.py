@@ -408,19 +408,25 @@ def _load_defaults(self: ConfigForm):
 
 @patch
 def overrides(self: ConfigForm) -> list:
+    "The form's values as `KEY=VALUE` overrides (what `dpt train` would take on the command line)."
     return [f"dataloader.batch_size={self.batch.value}",
             f"scaling.keep_effective_batch_size={str(self.keep.value).lower()}",
             f"scaling.lr_scaling={self.scaling.value}", f"training.gradient_accumulate_every={self.accum.value}",
             f"optimizer.lr={self.lr.value}"]
 
 @patch
-def cfg(self: ConfigForm) -> DictConfig: return for_store(self.store_path, self.overrides(), name=self.config.value)
+def cfg(self: ConfigForm) -> DictConfig:
+    "The config the form describes: the chosen packaged config for the store, with the form's overrides."
+    return for_store(self.store_path, self.overrides(), name=self.config.value)
 
 @patch
-def plan(self: ConfigForm) -> Plan: return plan(self.cfg(), self.world_size)
+def plan(self: ConfigForm) -> Plan:
+    "The batch / accumulation / LR plan of that config at the chosen world size."
+    return plan(self.cfg(), self.world_size)
 
 @patch
 def refresh(self: ConfigForm):
+    "Re-plan and redraw the table; an invalid value shows its one-line error and disables the button."
     try:
         p = self.plan()
         self.out.value = p.table().to_html()
@@ -433,6 +439,7 @@ def refresh(self: ConfigForm):
 
 @patch
 def submit(self: ConfigForm):
+    "The config (also in `.result`, and passed to `on_submit`), or None while a value is invalid."
     self.refresh()
     if self.error: return None
     self.result = self.cfg()

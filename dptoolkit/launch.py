@@ -290,6 +290,7 @@ class StallWatch:
 # %% ../nbs/06_launch.ipynb #bf5291b2
 @patch
 def limit(self: StallWatch) -> float:
+    "Seconds without a step that count as a stall: `timeout`, or with `auto` max(`floor`, 20 × the slowest step)."
     return float(self.timeout) if self.timeout not in (None, "auto") else max(self.floor, 20 * self.slowest)
 
 @patch
@@ -305,11 +306,12 @@ def _read(self: StallWatch, now):
 
 @patch
 def poll(self: StallWatch, now=None) -> str | None:
+    "Read the heartbeats; the one-line report once no rank has advanced for `limit()` seconds, else None."
     now = time.monotonic() if now is None else now
     try: self._read(now)
     except Exception: return None
-    started = any(b["progress"] > 0
-                  for b in self.beats.values()) or all(b["phase"] != "start" for b in self.beats.values())
+    beats = self.beats.values()
+    started = any(b["progress"] > 0 for b in beats) or all(b["phase"] != "start" for b in beats)
     # a first step needs every rank: all are in the loop
     if len(self.beats) < self.world or not started: return None
     if any(b["phase"] == "end" for b in self.beats.values()):
@@ -332,6 +334,7 @@ def silent(self: StallWatch, now) -> list:
 # %% ../nbs/06_launch.ipynb #e82d3863
 @patch
 def describe(self: StallWatch, r, now) -> str:
+    "One rank in words: silent for how long and its process state, or what it is doing at which step."
     b = self.beats[r]
     where = f"pid {b['pid']} on {b['host']}"
     if r in self.silent(now):
@@ -344,6 +347,8 @@ def describe(self: StallWatch, r, now) -> str:
 
 @patch
 def culprits(self: StallWatch, now) -> list:
+    """The ranks to blame: the silent ones; else those waiting for data while others are in a collective; else those
+    behind the rest; [] when every rank waits alike."""
     silent = self.silent(now)
     if silent: return silent
     waiting = [r for r, b in self.beats.items() if b["phase"] == "data"]
@@ -354,17 +359,14 @@ def culprits(self: StallWatch, now) -> list:
 
 @patch
 def report(self: StallWatch, now) -> str:
+    "The stall in one line: how long, the culprits first, then what the other ranks are doing."
     bad = self.culprits(now)
     others = [r for r in range(self.world) if r not in bad]
     head = (f"no rank has made a training step for {now - self.moved_at:.0f} s (training.stall_timeout_s: "
             f"{self.limit():.0f} s)")
     if not bad:
-        return (
-            head
-            + ": every rank is waiting in a collective ("
-            + "; ".join(self.describe(r, now) for r in range(self.world))
-            + ")"
-        )
+        return head + ": every rank is waiting in a collective (" + "; ".join(
+            self.describe(r, now) for r in range(self.world)) + ")"
     return (head + ": " + "; ".join(self.describe(r, now) for r in bad)
             + (f"; the other rank(s) wait for it ({', '.join(self.describe(r, now) for r in others[:3])}"
                + (", …" if len(others) > 3 else "") + ")" if others else ""))

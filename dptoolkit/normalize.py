@@ -81,7 +81,11 @@ def add(self: Normalizer, key, lo, hi, mean=None, std=None, eps: float = 1e-4):
     if key not in self.keys: self.keys.append(key)
 
 @patch
-def normalize(self: Normalizer, key, x): return x * getattr(self, f"scale_{key}") + getattr(self, f"offset_{key}")
+def normalize(self: Normalizer, key, x):
+    "`key`'s values in the data's units → [-1, 1] over the data's limits."
+    return x * getattr(self, f"scale_{key}") + getattr(self, f"offset_{key}")
 
 @patch
-def unnormalize(self: Normalizer, key, y): return (y - getattr(self, f"offset_{key}")) / getattr(self, f"scale_{key}")
+def unnormalize(self: Normalizer, key, y):
+    "The exact inverse of `normalize`: back to the data's units."
+    return (y - getattr(self, f"offset_{key}")) / getattr(self, f"scale_{key}")

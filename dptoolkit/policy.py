@@ -410,4 +410,5 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
 
 @patch
 def forward(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None):
+    "The training loss (`compute_loss`): what DDP and `torch.compile` wrap."
     return self.compute_loss(batch, generator, noise, timesteps, crops)

@@ -40,7 +40,9 @@ def public_names(src):
         patched = any(isinstance(d, ast.Name) and d.id == "patch" for d in getattr(n, "decorator_list", []))
         if patched:   # fastcore's @patch: a method added to the class its `self` is annotated with
             ann = n.args.args[0].annotation if n.args.args else None
-            if isinstance(ann, ast.Name): names.append(f"{ann.id}.{n.name}")
+            # a public class's documented methods (show_doc of an undocumented one prints `Call self as a function.`)
+            if isinstance(ann, ast.Name) and not ann.id.startswith("_") and ast.get_docstring(n):
+                names.append(f"{ann.id}.{n.name}")
         else: names.append(n.name)
     return names
 
