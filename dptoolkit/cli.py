@@ -246,14 +246,19 @@ def cmd_slurm(a):
 # %% ../nbs/08_cli.ipynb #806a89cb
 def cmd_export(a):
     from dptoolkit.interop import export
-    out = export(a.run, a.output, task_name=a.task_name)
+    out = export(a.run, a.output, task_name=a.task_name, output_dir=a.output_dir)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): a diffusion_policy / RoboTwin checkpoint (cfg, "
-          "state_dicts model + ema_model)")
+          "state_dicts model + ema_model + optimizer, pickles global_step + epoch)")
 
 def cmd_import(a):
+    import torch
     from dptoolkit.interop import import_checkpoint
+    from dptoolkit.checkpoint import latest_checkpoint
     run = import_checkpoint(a.checkpoint, a.output, trust=a.trust, data=a.data)
-    print(f"wrote run folder {run} (step 0, model + EMA weights, no optimizer state); train on with:\n"
+    ck = latest_checkpoint(run)
+    st = torch.load(ck / "state.pt", weights_only=True, mmap=True, map_location="cpu")   # mapped, not read
+    what = "with the optimizer state" if st.get("optimizer") else "no optimizer state: AdamW starts afresh"
+    print(f"wrote run folder {run} (step {st['step']}, model + EMA weights, {what}); train on with:\n"
           f"  dpt train --config {run / 'config.yaml'} --data {a.data or 'STORE'} --out {run} --resume")
 
 # %% ../nbs/08_cli.ipynb #aebb338a
@@ -581,12 +586,16 @@ COMMANDS.update({
               _a("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS",
                  help="arguments of dpt train, after --")]),
     "export": dict(fn=cmd_export, help="write a run's model as a diffusion_policy / RoboTwin checkpoint",
-        description="Write the run's EMA model, normalizers and config as the .ckpt RoboTwin's and diffusion_policy's "
-                    "own code loads without changes (plain pickle of tensors and dicts).",
+        description="Write the run's model, EMA model, optimizer, normalizers and config as the .ckpt RoboTwin's and "
+                    "diffusion_policy's own code loads without changes: their deploy (DP.get_policy) and their "
+                    "train.py resume (put it at <their run dir>/checkpoints/latest.ckpt). Plain pickles of tensors "
+                    "and dicts.",
         examples=["dpt export runs/a -o model.ckpt --task-name beat_block_hammer"],
         args=[_a("run", help="run folder"), _a("-o", "--output", required=True,
                                                help="checkpoint file, e.g. model.ckpt"),
-              _a("--task-name", help="task name written into the checkpoint's config")]),
+              _a("--task-name", help="task name written into the checkpoint's config"),
+              _a("--output-dir", help="the output folder their train.py resumes into (pickles._output_dir; default "
+                                      "None, as in their own files: their run keeps its Hydra folder)")]),
     "import": dict(fn=cmd_import,
                    help="turn a diffusion_policy / RoboTwin checkpoint into a run folder (pickle: needs --trust)",
         description="Read a diffusion_policy / RoboTwin .ckpt (an allow-list unpickler; only with --trust) and write a "

@@ -57,12 +57,14 @@ class EvalResult:
 # %% ../nbs/12_evaluate.ipynb #9a4eacd0
 @patch
 def to_dict(self: EvalResult) -> dict:
-    "JSON-ready: overall and per-dimension metrics plus the settings (`dpt eval --json`)."
+    """JSON-ready (`dpt eval --json`): per predictor (`policy`, `hold`, `mean`) its overall `mse` and `mae` in the
+    data's units and `per_dim` (`mse`, `mae`: one figure per action dimension), plus the settings under `info`."""
     clean = lambda v: None if v is None or (isinstance(v, float) and not np.isfinite(v)) else v
-    return dict(info=self.info,
-                overall={p: {m: clean(float(v)) for m, v in r.items()} for p,
-                         r in self.metrics.to_dict("index").items()},
-                per_dim={c: [clean(float(v)) for v in self.per_dim[c]] for c in self.per_dim.columns})
+    out = {p: {m: clean(float(v)) for m, v in r.items()} for p, r in self.metrics.to_dict("index").items()}
+    for p, r in out.items():
+        r["per_dim"] = {m: [clean(float(v)) for v in self.per_dim[f"{p}_{m}"]] for m in ("mse", "mae")
+                        if f"{p}_{m}" in self.per_dim}
+    return dict(out, info=self.info)
 
 @patch
 def summary(self: EvalResult) -> str:

@@ -19,8 +19,8 @@ from .checkpoint import latest_checkpoint, load_checkpoint, load_weights, write_
 
 # %% auto #0
 __all__ = ['ROBOTWIN_CAMERAS', 'InteropError', 'dp_key', 'store_key', 'dp_state_dict', 'from_dp_state_dict', 'dp_config',
-           'config_from_dp', 'run_config', 'policy_from_weights', 'dp_optimizer_state', 'from_dp_optimizer_state',
-           'export', 'read_dp_checkpoint', 'import_checkpoint']
+           'config_from_dp', 'run_config', 'policy_from_weights', 'dp_param_keys', 'dp_optimizer_state',
+           'from_dp_optimizer_state', 'export', 'read_dp_checkpoint', 'import_checkpoint']
 
 # %% ../nbs/10_interop.ipynb #1d5ba996
 class InteropError(ValueError):
@@ -152,8 +152,11 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
         raise InteropError(f"policy.obs_encoder.backbone={E.backbone}: diffusion_policy has no such image encoder; "
                            f"only resnet18 models can be exported")
     adim, To = int(cfg.shape_meta.action_dim), int(cfg.n_obs_steps)
-    meta = {"obs": {dp_key(k): {"shape": list(s), "type": "rgb" if len(s) == 3 else "low_dim", "horizon": To}
-                    for k, s in shapes.items()},
+    # cameras first, in the encoder's (sorted) order: their MultiImageObsEncoder builds one ResNet per camera in
+    # shape_meta order, and that order is the order of their optimizer's parameters
+    order = sorted(k for k, s in shapes.items() if len(s) == 3) + [k for k, s in shapes.items() if len(s) != 3]
+    meta = {"obs": {dp_key(k): {"shape": list(shapes[k]), "type": "rgb" if len(shapes[k]) == 3 else "low_dim",
+                                "horizon": To} for k in order},
             "action": {"shape": [adim], "horizon": int(cfg.horizon)}}
     task = task_name or cfg.task.name
     dataset = {"_target_": "diffusion_policy.dataset.robot_image_dataset.RobotImageDataset",
@@ -246,6 +249,8 @@ def policy_from_weights(cfg, sd: dict, source="checkpoint"):
     load_weights(policy, sd, source)
     return policy
 
+
+# %% ../nbs/10_interop.ipynb #28ae0dae
 def _dp_names(policy) -> list:
     "diffusion_policy's name of each of `policy.parameters()`, in order (what an optimizer's indices refer to)."
     pre = "obs_encoder.key_model_map."
@@ -257,32 +262,42 @@ def _dp_names(policy) -> list:
         out.append(k)
     return out
 
+def dp_param_keys(dp_keys) -> list:
+    """The state-dict entries a diffusion_policy workspace's AdamW covers, in its index order. RoboTwin's
+    `RobotWorkspace.__init__` builds the optimizer over `model.parameters()` *before* `run()` calls `set_normalizer`,
+    when the normalizer is still empty: so every entry but `normalizer.*` (the three `_dummy_variable`s included)."""
+    return [k for k in dp_keys if not k.startswith("normalizer.")]
+
 def dp_optimizer_state(policy, opt_sd: dict, dp_keys: list) -> dict:
-    """Our AdamW state (indices into `policy.parameters()`) → diffusion_policy's: one group over every entry of its
-    state dict (`dp_keys`: all are parameters there, normalizer and `_dummy_variable`s included), state under their
-    indices."""
-    pos = {k: i for i, k in enumerate(dp_keys)}
+    """Our AdamW state (indices into `policy.parameters()`) → diffusion_policy's: one group over
+    `dp_param_keys(dp_keys)` (211 tensors for `robot_dp_14` with one camera), state under their indices."""
+    keys = dp_param_keys(dp_keys)
+    pos = {k: i for i, k in enumerate(keys)}
     names = _dp_names(policy)
     state = {pos[names[i]]: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
              for i, st in opt_sd["state"].items()}
     g = {k: v for k, v in opt_sd["param_groups"][0].items() if k != "params"}
-    g.update(fused=None, foreach=None, params=list(range(len(dp_keys))))
+    g.update(fused=None, foreach=None, params=list(range(len(keys))))
     return {"state": state, "param_groups": [g]}
 
 def from_dp_optimizer_state(policy, opt_sd: dict, dp_keys: list, source="checkpoint") -> dict:
-    "The inverse of `dp_optimizer_state`: their AdamW state → indices into `policy.parameters()`."
+    """The inverse of `dp_optimizer_state`: their AdamW state → indices into `policy.parameters()`. Takes their layout
+    (one group over `dp_param_keys`) and the one dptoolkit exports wrote before 2026-11-24 (over all `dp_keys`)."""
     names = _dp_names(policy)
     idx = {k: i for i, k in enumerate(names)}
-    if len(opt_sd.get("param_groups", [])) != 1 or len(opt_sd["param_groups"][0]["params"]) != len(dp_keys):
-        raise InteropError(f"{source}: state_dicts.optimizer has {len(opt_sd.get('param_groups', []))} group(s) of "
-                           f"{[len(g['params']) for g in opt_sd.get('param_groups', [])]} parameters; expected one "
-                           f"group over the model's {len(dp_keys)} state-dict entries")
-    state = {}
+    groups = opt_sd.get("param_groups", [])
+    sizes = [len(g["params"]) for g in groups]
+    layouts = {len(dp_param_keys(dp_keys)): dp_param_keys(dp_keys), len(dp_keys): list(dp_keys)}
+    if len(groups) != 1 or sizes[0] not in layouts:
+        raise InteropError(f"{source}: state_dicts.optimizer has {len(groups)} group(s) of {sizes} parameters; "
+                           f"expected one group over the model's {len(dp_param_keys(dp_keys))} parameters "
+                           "(its state dict without the normalizer, as diffusion_policy's workspace builds it)")
+    keys, state = layouts[sizes[0]], {}
     for j, st in opt_sd["state"].items():
-        k = dp_keys[int(j)]
+        k = keys[int(j)]
         if k not in idx: raise InteropError(f"{source}: optimizer state for {k}, which this model does not train")
         state[idx[k]] = st
-    g = {k: v for k, v in opt_sd["param_groups"][0].items() if k != "params"}
+    g = {k: v for k, v in groups[0].items() if k != "params"}
     g["params"] = list(range(len(names)))
     return {"state": state, "param_groups": [g]}
 
@@ -291,7 +306,10 @@ def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) ->
     """Write a run's model, EMA and optimizer as a diffusion_policy / RoboTwin checkpoint (`torch.save` of `cfg`,
     `state_dicts` {model, ema_model, optimizer}, `pickles` {_output_dir, epoch, global_step}) that RoboTwin's
     `policy/DP` deploy and `train.py` resume load unchanged: every camera normalizer their deploy asks for, the
-    optimizer in their parameter order, plain pickles (no dill needed). Written to a temp name, then renamed."""
+    optimizer as their workspace builds it (`dp_param_keys`), plain pickles (no dill needed). `output_dir` is what
+    their `load_payload` restores as the workspace's output folder: None (their own files' value) lets their
+    `train.py` keep its Hydra run folder; a path sends a resumed run's logs and checkpoints there. Written to a temp
+    name, then renamed."""
     import pickle
     cfg = run_config(run_dir)
     where = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
@@ -302,7 +320,7 @@ def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) ->
     st = ck["state"] or {}
     if st.get("optimizer"): sds["optimizer"] = dp_optimizer_state(model, st["optimizer"], list(sds["model"]))
     out = Path(out)
-    pickles = {"_output_dir": str(output_dir or out.parent.parent), "epoch": int(st.get("epoch", 0)),
+    pickles = {"_output_dir": None if output_dir is None else str(output_dir), "epoch": int(st.get("epoch", 0)),
                "global_step": int(st.get("step", 0))}
     payload = {"cfg": dp_config(cfg, task_name), "state_dicts": sds,
                "pickles": {k: pickle.dumps(v) for k, v in pickles.items()}}
@@ -314,17 +332,21 @@ def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) ->
     finally: tmp.unlink(missing_ok=True)
     return out
 
-# dill names the built-in types it pickles by their old `types` names; RoboTwin's files hold dill._dill._load_type(name)
-_DILL_TYPES = {"ListType": list, "DictType": dict, "TupleType": tuple, "SetType": set, "FrozenSetType": frozenset,
-               "IntType": int, "FloatType": float, "ComplexType": complex, "StringType": str, "UnicodeType": str,
-               "BytesType": bytes, "ByteArrayType": bytearray, "BooleanType": bool, "BoolType": bool,
-               "NoneType": type(None),
-               "ObjectType": object, "TypeType": type, "SliceType": slice, "RangeType": range,
-               "EllipsisType": type(Ellipsis), "NotImplementedType": type(NotImplemented)}
+# dill pickles a reference to a built-in type as dill._dill._load_type(name). Real dill (0.3.4 to 0.4.1) names them as
+# Python does: 'dict', 'list', 'int' (what RoboTwin's OmegaConf cfg holds), 'NoneType'; the `types`-style names
+# ('DictType') of older dill are kept too. Only plain data types resolve: never code, functions or `type` itself.
+_DATA_TYPES = (dict, list, tuple, set, frozenset, int, float, complex, str, bytes, bytearray, bool, slice, range,
+               object, type(None), type(Ellipsis), type(NotImplemented))
+_DILL_TYPES = {t.__name__: t for t in _DATA_TYPES} | {
+    "ListType": list, "DictType": dict, "TupleType": tuple, "SetType": set, "FrozenSetType": frozenset,
+    "IntType": int, "FloatType": float, "ComplexType": complex, "StringType": str, "UnicodeType": str,
+    "BytesType": bytes, "ByteArrayType": bytearray, "BooleanType": bool, "BoolType": bool, "ObjectType": object,
+    "SliceType": slice, "RangeType": range, "EllipsisType": type(Ellipsis)}
 
 def _dill_load_type(name):
     if name not in _DILL_TYPES:
-        raise InteropError(f"the checkpoint names dill type {name!r}, which is not a built-in type this reader knows")
+        raise InteropError(f"the checkpoint names dill type {name!r}, which is not a plain data type (known: "
+                           f"{', '.join(t.__name__ for t in _DATA_TYPES)}); not loaded")
     return _DILL_TYPES[name]
 
 _ALLOWED = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("_codecs", "encode"), ("typing", "Any"),
