@@ -11,7 +11,8 @@ licenses = {"apache2": ("Apache Software License 2.0", "OSI Approved :: Apache S
 lic = licenses[cfg["license"]]
 reqs = shlex.split(cfg.get("requirements", ""))
 sim_reqs = shlex.split(cfg.get("sim_requirements", ""))
-dev_reqs = shlex.split(cfg.get("dev_requirements", "")) + sim_reqs   # the tests run the simulator chapter too
+convert_reqs = shlex.split(cfg.get("convert_requirements", ""))
+dev_reqs = shlex.split(cfg.get("dev_requirements", "")) + sim_reqs + convert_reqs   # the tests run those chapters too
 scripts = [s for s in cfg.get("console_scripts", "").split() if s]
 
 setuptools.setup(
@@ -28,7 +29,7 @@ setuptools.setup(
     include_package_data=True,
     package_data={"dptoolkit": ["configs/*.yaml"]},
     install_requires=reqs,
-    extras_require={"dev": dev_reqs, "sim": sim_reqs},
+    extras_require={"dev": dev_reqs, "sim": sim_reqs, "convert": convert_reqs},
     python_requires=">=" + cfg["min_python"],
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -17,7 +17,7 @@ this torch build raises "Found no NVIDIA driver" otherwise. Page-locking changes
 
 The steps, each with their real code on one side:
  1. raw episodes (`data/<task>/<config>/data/episode<i>.hdf5`: joint_action/*, four cameras' JPEG frames) written by
-    their `create_hdf5_from_dict`;
+    their `create_hdf5_from_dict` (`bench/robotwin_raw.py`);
  2. their `process_data.py` → a store;  3. `dpt train` on it;  4. `dpt export` to the path their `get_model` reads;
  5. their `get_model` + `deploy_policy.eval` on replayed episodes vs our policy on the same windows and seeds;
  6. their `train.py` (CPU) writes a checkpoint;  7. `dpt import` with dill blocked;  8. `dpt eval`;
@@ -31,44 +31,6 @@ from pathlib import Path
 import numpy as np
 
 TASK, SETTING, SEED = "beat_block_hammer", "demo_clean", 0
-
-MAKE_RAW = r'''
-import importlib, sys, types, numpy as np
-root, n_eps, T, ldim, rdim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-pkg = types.ModuleType("rt_utils"); pkg.__path__ = [f"{root}/envs/utils"]; sys.modules["rt_utils"] = pkg
-writer = importlib.import_module("rt_utils.pkl2hdf5")          # their writer, without envs/utils/__init__ (SAPIEN)
-H, W = 240, 320
-yy, xx = np.mgrid[0:H, 0:W]
-cams = {"head_camera": 0, "left_camera": 1, "right_camera": 2, "front_camera": 3}
-for e in range(n_eps):
-    rng = np.random.default_rng(e)
-    out = f"{root}/data/{sys.argv[6]}/{sys.argv[7]}/data/episode{e}.hdf5"
-    import os; os.makedirs(os.path.dirname(out), exist_ok=True)
-    t = np.arange(T)[:, None]
-    left = np.sin(0.1 * t * (1 + np.arange(ldim)) / ldim + e) * 0.5
-    right = np.cos(0.07 * t * (1 + np.arange(rdim)) / rdim + e) * 0.5
-    lg, rg = (t[:, 0] % 20 > 10).astype(float), (t[:, 0] % 16 > 8).astype(float)
-    obs = {}
-    for c, k in cams.items():
-        frames = []
-        for i in range(T):   # an RGB frame as their renderer gives it: a lit background and a block that moves
-            img = np.zeros((H, W, 3), np.uint8)
-            img[..., 0] = (60 + 40 * np.sin(xx / 37 + k)).astype(np.uint8)
-            img[..., 1] = (90 + 30 * np.cos(yy / 23 + e)).astype(np.uint8)
-            img[..., 2] = 140
-            cy, cx = int(H / 2 + 60 * left[i, 0]), int(W / 2 + 90 * right[i, 0])
-            img[max(cy - 20, 0):cy + 20, max(cx - 20, 0):cx + 20] = (220, 40 + 20 * k, 30)
-            img = np.clip(img.astype(int) + rng.integers(-6, 7, img.shape), 0, 255).astype(np.uint8)
-            frames.append(img)
-        obs[c] = {"rgb": frames}
-    vector = np.concatenate([left, lg[:, None], right, rg[:, None]], axis=1)
-    data = {"observation": obs,
-            "joint_action": {"left_arm": list(left), "left_gripper": list(lg), "right_arm": list(right),
-                             "right_gripper": list(rg), "vector": list(vector)}}
-    import h5py
-    with h5py.File(out, "w") as f: writer.create_hdf5_from_dict(f, data)
-print(f"wrote {n_eps} episodes of {T} steps")
-'''
 
 RUN_THEIRS = r'''
 import runpy, sys, torch
@@ -186,12 +148,12 @@ def main(argv=None):
     ldim = rdim = (a.dim - 2) // 2
     setting = SETTING
     (work / "side").mkdir()
-    (work / "side/make_raw.py").write_text(MAKE_RAW)
     (work / "side/deploy.py").write_text(DEPLOY)
     (work / "side/run_theirs.py").write_text(RUN_THEIRS)
 
     # 1-2: raw episodes by their writer, a store by their process_data.py
-    sh([py, work / "side/make_raw.py", RT, a.episodes, a.steps, ldim, rdim, TASK, setting])
+    sh([py, Path(__file__).with_name("robotwin_raw.py"), RT, TASK, setting, a.episodes, a.steps, "--arms",
+        f"{ldim},{rdim}"])
     _, fig["process_data_s"] = sh([py, "process_data.py", TASK, setting, a.episodes], cwd=DP, log=work / "process.log")
     store = DP / f"data/{TASK}-{setting}-{a.episodes}.zarr"
     print(f"their process_data.py: {store.name} in {fig['process_data_s']:.1f} s")

@@ -10,10 +10,10 @@ from pathlib import Path
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_config',
-           'count', 'count0', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout',
-           'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser', 'main',
-           'threading_main']
+__all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
+           'cmd_config', 'count', 'count0', 'hw', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data',
+           'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser',
+           'main', 'threading_main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -102,6 +102,17 @@ def cmd_merge(a):
     print(info)
     print(f"merged {len(a.sources)} stores in {time.time() - t0:.1f} s")
 
+def cmd_convert(a):
+    from dptoolkit.convert import convert
+    t0 = time.time()
+    cams = a.cameras.split(",") if a.cameras else None
+    out = convert(a.sources if len(a.sources) > 1 else a.sources[0], a.output, kind=a.source_kind, to=a.to,
+                  cameras=cams, size=a.size, workers=a.workers, fps=a.fps, overwrite=a.overwrite,
+                  progress=not a.no_progress)
+    if a.to: print(f"wrote {out}: a LeRobot v3.0 dataset (LeRobotDataset(repo_id, root='{out}') loads it)")
+    else: print(out)
+    print(f"converted in {time.time() - t0:.1f} s")
+
 def cmd_config(a):
     from omegaconf import OmegaConf
     from dptoolkit.config import for_store, load_config, plan, select_config, resolve_devices
@@ -126,6 +137,12 @@ def count(text: str) -> int:
 def count0(text: str) -> int:
     "argparse type: an integer ≥ 0."
     return _at_least(text, 0)
+
+def hw(text: str) -> tuple:
+    "argparse type: a frame size `H,W` (two counts ≥ 1)."
+    parts = text.split(",")
+    if len(parts) != 2: raise argparse.ArgumentTypeError(f"{text!r} is not H,W (e.g. 96,128)")
+    return tuple(_at_least(p.strip(), 1) for p in parts)
 
 # %% ../nbs/08_cli.ipynb #3f32ea0d
 def _scheduler_env():
@@ -455,6 +472,23 @@ COMMANDS = {
                  help="comma-separated data keys to keep, e.g. state,action (default: all, which must agree)"),
               _a("--task-names", help="comma-separated task name per source (default: the store names)"),
               _NO_PROGRESS]),
+    "convert": dict(fn=cmd_convert, help="RoboTwin raw episodes or a LeRobot dataset → a store; a store → LeRobot",
+        description="RoboTwin's raw episodes (data/<task>/<config>/data/episode<i>.hdf5, one or many task folders) "
+                    "or a LeRobot v3.0 dataset into one store (decoded in worker processes chunk by chunk, atomic); "
+                    "a store into a LeRobot v3.0 dataset (--to lerobot).",
+        examples=["dpt convert RoboTwin/data/beat_block_hammer RoboTwin/data/handover_block -o two_tasks.zarr",
+                  "dpt convert lerobot_aloha/ -o aloha.zarr --size 96,128",
+                  "dpt convert demos.zarr -o demos_lerobot --to lerobot"],
+        args=[_a("sources", nargs="+", help="RoboTwin data/task folders, a LeRobot dataset folder, or a store"),
+              _a("-o", "--output", required=True, help="the store (or with --to lerobot, the dataset folder) to write"),
+              _a("--from", dest="source_kind", choices=["robotwin", "lerobot"],
+                 help="the source's kind (default: detected)"),
+              _a("--to", choices=["lerobot"], help="write a LeRobot v3.0 dataset from a store"),
+              _a("--cameras", help="comma-separated cameras to keep (default: all)"),
+              _a("--size", type=hw, help="resize frames to H,W (default: as recorded)"),
+              _a("--workers", type=count, help="decoding processes (default: one per core)"),
+              _a("--fps", type=float, help="with --to lerobot: the control rate (default: the store's, else 50)"),
+              _a("--overwrite", action="store_true", help="replace an existing output"), _NO_PROGRESS]),
 }
 
 # %% ../nbs/08_cli.ipynb #5932e023

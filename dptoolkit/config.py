@@ -63,7 +63,8 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device"),
             "training.lr_scheduler": ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts",
                                       "polynomial"),
-            "policy.beta_schedule": ("squaredcos_cap_v2", "linear", "scaled_linear")}
+            "policy.beta_schedule": ("squaredcos_cap_v2", "linear", "scaled_linear"),
+            "policy.obs_encoder.pool": ("avg", "spatial_softmax")}
 _AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
 _AUTO_OR_NUM = ("training.stall_timeout_s",)                           # "auto" or a number of seconds (null: off)
 _TRISTATE = ("training.resume", "training.compile")   # true | false | auto
@@ -92,7 +93,8 @@ _RANGES = {
     "policy.num_train_timesteps": ("int", 1, None, True, False),
            "policy.num_inference_steps": ("int", 1, None, True, False),
     "policy.down_dims": ("ints", 1, None, True, False), "policy.kernel_size": ("int", 1, None, True, False),
-    "policy.n_groups": ("int", 1, None, True, False), "policy.diffusion_step_embed_dim": ("int", 1, None, True, False)}
+    "policy.n_groups": ("int", 1, None, True, False), "policy.diffusion_step_embed_dim": ("int", 1, None, True, False),
+    "policy.obs_encoder.keypoints": ("int", 1, None, True, True)}
 _HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
 _MISSING = object()
 

@@ -17,9 +17,9 @@ from fastcore.basics import patch
 from .normalize import Normalizer
 
 # %% auto #0
-__all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
-           'Upsample1d', 'ConditionalUnet1D', 'PolicyError', 'load_weights', 'replace_batchnorm', 'resnet18',
-           'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy']
+__all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'POOLS', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
+           'Upsample1d', 'ConditionalUnet1D', 'PolicyError', 'load_weights', 'replace_batchnorm', 'SpatialSoftmax',
+           'resnet18', 'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy']
 
 # %% ../nbs/04_policy.ipynb #e343b199
 class SinusoidalPosEmb(nn.Module):
@@ -143,8 +143,32 @@ def replace_batchnorm(module: nn.Module) -> nn.Module:
         else: replace_batchnorm(child)
     return module
 
-def resnet18(group_norm: bool = True, pretrained=None) -> nn.Module:
-    "torchvision's ResNet-18 with `fc` = Identity: float (N, 3, H, W) → (N, 512). `pretrained`: a local weights file."
+
+# %% ../nbs/04_policy.ipynb #9d0d7aaa
+class SpatialSoftmax(nn.Module):
+    """Keypoints instead of a global average: a 1×1 conv to `keypoints` maps, a softmax over each map's positions, and
+    each map's expected (x, y) in [-1, 1] → (N, 2 · keypoints). Where things are survives the pooling (robomimic's
+    `SpatialSoftmax`, the image encoder of diffusion_policy's simulation tasks)."""
+    def __init__(self, channels: int, keypoints: int = 32):
+        super().__init__()
+        self.kp = nn.Conv2d(channels, keypoints, 1)
+    def forward(self, x):
+        N, _, H, W = x.shape
+        a = self.kp(x).flatten(2).softmax(-1)                                   # (N, K, H·W)
+        gy, gx = torch.meshgrid(torch.linspace(-1, 1, H, device=x.device, dtype=a.dtype),
+                                torch.linspace(-1, 1, W, device=x.device, dtype=a.dtype), indexing="ij")
+        return (a @ torch.stack([gx.flatten(), gy.flatten()], -1)).flatten(1)   # (N, 2K): x, y per keypoint
+
+POOLS = ("avg", "spatial_softmax")
+
+def _check_pool(pool):
+    if pool not in POOLS: raise PolicyError(f"policy.obs_encoder.pool={pool!r}: expected one of {', '.join(POOLS)}")
+
+def resnet18(group_norm: bool = True, pretrained=None, pool: str = "avg", keypoints: int = 32) -> nn.Module:
+    """torchvision's ResNet-18 with `fc` = Identity: float (N, 3, H, W) → (N, 512). `pretrained`: a local weights file.
+    `pool='spatial_softmax'`: the last feature map's keypoints (`SpatialSoftmax`) projected to 512 instead of the
+    average pool (diffusion_policy's RoboTwin configs use the average; its own simulation tasks the keypoints)."""
+    _check_pool(pool)
     from torchvision.models import resnet18 as tv_resnet18
     net = tv_resnet18(weights=None)
     if pretrained:
@@ -159,19 +183,26 @@ def resnet18(group_norm: bool = True, pretrained=None) -> nn.Module:
             raise PolicyError(f"{pretrained}: not torchvision ResNet-18 weights (missing {missing[:3]}, unexpected "
                               f"{unexpected[:3]})")
     net.fc = nn.Identity()
+    if pool == "spatial_softmax":
+        net.avgpool = nn.Sequential(SpatialSoftmax(512, keypoints), nn.Linear(2 * keypoints, 512))
     return replace_batchnorm(net) if group_norm else net
 
 class SmallCNN(nn.Module):
-    "The `small` backbone (CPU tests, the demo): strided 3×3 convs with GroupNorm → global average pool → linear."
-    def __init__(self, in_channels=3, channels=(32, 64, 128), feature_dim=64):
+    """The `small` backbone (CPU tests, the demo, camera policies a CPU trains): strided 3×3 convs with GroupNorm →
+    global average pool (`pool='avg'`) or keypoints (`'spatial_softmax'`) → linear."""
+    def __init__(self, in_channels=3, channels=(32, 64, 128), feature_dim=64, pool: str = "avg", keypoints: int = 32):
         super().__init__()
+        _check_pool(pool)
         layers, c = [], in_channels
         for co in channels:
             layers += [nn.Conv2d(c, co, 3, stride=2, padding=1), nn.GroupNorm(min(8, co), co), nn.Mish()]
             c = co
         self.conv = nn.Sequential(*layers)
-        self.proj = nn.Linear(c, feature_dim)
-    def forward(self, x): return self.proj(self.conv(x).mean(dim=(-2, -1)))
+        self.pool = SpatialSoftmax(c, keypoints) if pool == "spatial_softmax" else None
+        self.proj = nn.Linear(2 * keypoints if self.pool is not None else c, feature_dim)
+    def forward(self, x):
+        h = self.conv(x)
+        return self.proj(self.pool(h) if self.pool is not None else h.mean(dim=(-2, -1)))
 
 # %% ../nbs/04_policy.ipynb #b904b07c
 class ObsEncoder(nn.Module):
@@ -186,7 +217,9 @@ class ObsEncoder(nn.Module):
                  imagenet_norm: bool = True,  # ImageNet mean/std after the [-1, 1] mapping
                  share_backbone: bool = False,  # one backbone for all cameras (they must have one size)
                  resize_shape=None,           # (h, w) bilinear resize before the crop
-                 small_channels=(32, 64, 128), small_feature_dim: int = 64):
+                 small_channels=(32, 64, 128), small_feature_dim: int = 64,
+                 pool: str = "avg",            # avg (RoboTwin's) | spatial_softmax (keypoints: where things are)
+                 keypoints: int = 32):         # keypoint maps per camera with pool=spatial_softmax
         super().__init__()
         if backbone not in ("resnet18", "small"):
             raise PolicyError(f"policy.obs_encoder.backbone={backbone!r}: expected resnet18 or small")
@@ -208,8 +241,10 @@ class ObsEncoder(nn.Module):
             found = ", ".join(f"{k} {s[1]}×{s[2]}" for k, s in self.image_shapes.items())
             raise PolicyError(f"policy.obs_encoder.share_backbone=true needs cameras of one size, found {found}; "
                               f"set policy.obs_encoder.resize_shape or share_backbone=false")
-        make = (lambda: resnet18(group_norm, pretrained)) if backbone == "resnet18" else \
-               (lambda: SmallCNN(3, tuple(small_channels), small_feature_dim))
+        _check_pool(pool)
+        make = (lambda: resnet18(group_norm, pretrained, pool, keypoints)) if backbone == "resnet18" else \
+               (lambda: SmallCNN(3, tuple(small_channels), small_feature_dim, pool, keypoints))
+        self.pool = pool
         names = (["rgb"] if self.rgb_keys else []) if self.share else self.rgb_keys
         self.key_model_map = nn.ModuleDict({k: make() for k in names})
         self.feature_dim = 512 if backbone == "resnet18" else int(small_feature_dim)
