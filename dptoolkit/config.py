@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_config.ipynb #c079f88e
 from __future__ import annotations
-import difflib, math, os
+import difflib, math, os, re
 from dataclasses import dataclass, asdict
 from importlib import resources
 from pathlib import Path
@@ -137,6 +137,16 @@ def _type_ok(old, new) -> bool:
     if isinstance(old, ListConfig): return isinstance(new, list)
     return False
 
+def _yaml_value(raw: str):
+    """An override's value as YAML; a Hydra-style mapping written without spaces (`{a:2,b:1}`, which YAML reads as keys
+    `a:2` with no value) is read as `{a: 2, b: 1}`."""
+    try: new = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError: return raw
+    if isinstance(new, dict) and any(v is None and ":" in str(k) for k, v in new.items()):
+        try: new = yaml.safe_load(re.sub(r":(?=[^\s/])", ": ", raw))
+        except yaml.YAMLError: pass
+    return new
+
 def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
     "Apply `KEY=VALUE` dotlist overrides in place, refusing unknown keys and wrong types."
     keys = list(_all_keys(cfg))
@@ -153,8 +163,7 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
         if isinstance(old, DictConfig):
             raise ConfigError(f"override {item!r}: {key} is a section; set one of its keys, e.g. "
                               f"{key}.{next(iter(old))}")
-        try: new = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError: new = raw
+        new = _yaml_value(raw)
         if key in _AUTO_OR_INT and (new == "auto" or isinstance(new, int) and not isinstance(new, bool)): old = new
         if key in _AUTO_OR_NUM: old = new                # check_config names what it expects
         # names like 123
@@ -191,6 +200,13 @@ def check_config(cfg: DictConfig):
     for key, rule in _RANGES.items():
         v = OmegaConf.select(cfg, key, default=_MISSING)
         if v is not _MISSING: _check_range(key, v, rule)
+    tw = OmegaConf.select(cfg, "task.dataset.task_weights", default=None)
+    if tw is not None and not isinstance(tw, DictConfig):
+        raise ConfigError(f"task.dataset.task_weights={tw!r}: expected a mapping task name (or index) → weight, e.g. "
+                          "{beat_block_hammer: 2, handover_block: 1}")
+    for k, v in (tw or {}).items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"task.dataset.task_weights.{k}={v!r}: expected a number ≥ 0")
     import signal
     for name in OmegaConf.select(cfg, "training.stop_signals", default=None) or []:
         if not str(name).startswith("SIG") or not isinstance(getattr(signal, str(name), None), signal.Signals):

@@ -17,8 +17,8 @@ from .store import StoreError, _fmt_bytes, check_finite, describe, existing_pare
 
 # %% auto #0
 __all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'storage_plan', 'shard_episodes', 'SequenceDataset',
-           'shard_bytes', 'ResumableSampler', 'prefetch', 'RankLoader', 'config_storage', 'num_workers_for',
-           'run_storage', 'prepare_cache', 'rank_loader']
+           'shard_bytes', 'ResumableSampler', 'prefetch', 'task_weights', 'WeightedSampler', 'RankLoader',
+           'config_storage', 'num_workers_for', 'run_storage', 'prepare_cache', 'check_mixture', 'rank_loader']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -147,6 +147,15 @@ class SequenceDataset(torch.utils.data.Dataset):
     @property
     def lengths(self) -> np.ndarray: return self.ends - np.concatenate([[0], self.ends[:-1]])
 
+# %% ../nbs/03_dataset.ipynb #f1eee92e
+@patch(as_prop=True)
+def window_task(self: SequenceDataset) -> np.ndarray:
+    "The task index (`meta/episode_task`) of each window, in window order."
+    if getattr(self, "_wtask", None) is None:
+        rows = getattr(self, "global_rows", self.rows)     # a device shard's rows are shard-local
+        self._wtask = self.episode_task[np.searchsorted(self.ends, rows[:, 1], side="right")].astype(np.int64)
+    return self._wtask
+
 # %% ../nbs/03_dataset.ipynb #af7fa18f
 @patch
 def _open(self: SequenceDataset, host, needed, progress):
@@ -207,9 +216,10 @@ def __len__(self: SequenceDataset): return len(self.rows)
 def __getitems__(self: SequenceDataset, idx):
     "A whole batch of windows (what `DataLoader` calls when it exists); returns one collated dict."
     if self.device is not None: return self._gather_device(idx)
-    t = window_steps(self.rows[np.asarray(idx, dtype=np.int64)], self.horizon)
+    idx = np.asarray(idx, dtype=np.int64)
+    t = window_steps(self.rows[idx], self.horizon)
     obs = {k: self._gather(k, t[:, :self.n_obs_steps]) for k in self.keys}
-    return {"obs": obs, "action": self._gather(self.action_key, t)}
+    return {"obs": obs, "action": self._gather(self.action_key, t), "task": torch.from_numpy(self.window_task[idx])}
 
 @patch
 def __getitem__(self: SequenceDataset, i):
@@ -225,6 +235,7 @@ def subset(self: SequenceDataset, episodes) -> "SequenceDataset":
     new.__dict__.update(self.__dict__)
     new.episodes = np.asarray(episodes, dtype=np.int64)
     new.rows = window_table(self.ends, self.horizon, self.pad_before, self.pad_after, new.episodes)
+    new._wtask = None
     return new
 
 @patch
@@ -286,6 +297,7 @@ def _shard(self: SequenceDataset, rank: int, world: int, device="cpu", max_fract
             t[ls:ls + (e - s)].copy_(torch.from_numpy(np.ascontiguousarray(src)), non_blocking=False)
         new._dev[k] = t
     new._dev_rows = torch.as_tensor(new.rows, device=device)
+    new._dev_task = torch.as_tensor(new.window_task, device=device)
     new._steps = torch.arange(self.horizon, device=device)
     new.device, new.shard_info = device, dict(rank=rank, world=world, episodes=len(mine), steps=int(lens.sum()),
                                               bytes=need)
@@ -300,7 +312,8 @@ def _gather_device(self: SequenceDataset, idx):
     B, n = len(r), self.n_obs_steps
     obs = {k: self._dev[k][t[:, :n].reshape(-1)].view((B, n) + self.shapes[k]) for k in self.keys}
     return {"obs": obs,
-            "action": self._dev[self.action_key][t.reshape(-1)].view((B, self.horizon) + self.shapes[self.action_key])}
+            "action": self._dev[self.action_key][t.reshape(-1)].view((B, self.horizon) + self.shapes[self.action_key]),
+            "task": self._dev_task[i.to(self.device, non_blocking=True)]}
 
 SequenceDataset.shard, SequenceDataset._gather_device = _shard, _gather_device
 
@@ -347,6 +360,40 @@ def prefetch(batches, depth: int = 2):
     finally:
         stop.set()
 
+# %% ../nbs/03_dataset.ipynb #b25e076d
+def task_weights(ds: SequenceDataset, weights: dict) -> tuple:
+    """(one probability per window of `ds`, {task name: share of the draws}) for `weights` (task name or index →
+    weight ≥ 0; tasks not named keep 1). `DataError` naming an unknown task and the store's tasks."""
+    names, w = ds.task_names, np.ones(len(ds.task_names))
+    for k, v in dict(weights).items():
+        i = k if isinstance(k, int) and not isinstance(k, bool) else names.index(k) if k in names else None
+        if i is None or not 0 <= i < len(names):
+            raise DataError(f"{ds.path}: task_weights names task {k!r}; the store's tasks are "
+                            f"{', '.join(f'{j}: {n}' for j, n in enumerate(names))}")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
+            raise DataError(f"task_weights[{k!r}]={v!r}: expected a number ≥ 0")
+        w[i] = float(v)
+    counts = np.bincount(ds.window_task, minlength=len(names))
+    w = np.where(counts > 0, w, 0.0)
+    if w.sum() == 0: raise DataError(f"{ds.path}: task_weights leave no task with windows to sample")
+    p = (w / np.maximum(counts, 1))[ds.window_task]
+    return p / p.sum(), {names[i]: float(w[i] / w.sum()) for i in range(len(names)) if w[i] > 0}
+
+class WeightedSampler:
+    """This rank's windows of an epoch drawn by probability `p` (with replacement): `len(p) // world` per rank, from one
+    sequence seeded by (seed, epoch); `skip` starts part-way through, as `ResumableSampler`."""
+    skip = 0
+    def __init__(self, p, num_replicas: int = 1, rank: int = 0, seed: int = 0):
+        self.p, self.world, self.rank, self.seed, self.epoch = np.asarray(p, np.float64), num_replicas, rank, seed, 0
+        self.per_rank = len(self.p) // num_replicas
+    def set_epoch(self, epoch: int): self.epoch = int(epoch)
+    def draws(self) -> np.ndarray:
+        "The epoch's draws for every rank (rank r takes every `world`-th from r)."
+        rng = np.random.default_rng([int(self.seed), self.epoch, 7])
+        return rng.choice(len(self.p), size=self.per_rank * self.world, p=self.p)
+    def __iter__(self): return iter(self.draws()[self.rank::self.world][self.skip:].tolist())
+    def __len__(self): return self.per_rank - self.skip
+
 # %% ../nbs/03_dataset.ipynb #d88e1111
 class RankLoader:
     """This rank's training batches, epoch by epoch (`set_epoch(epoch, skip_batches)`, then iterate; `len` = batches per
@@ -355,18 +402,21 @@ class RankLoader:
     - `storage=device`: a seeded permutation of this rank's shard's windows, gathered on the device; each step's global
       batch is a sample stratified over the ranks' shards, not a global shuffle.
     - otherwise: a `ResumableSampler` (a global shuffle split over the ranks, as `DistributedSampler`), read by
-      `num_workers` DataLoader worker processes, or with `num_workers=0` by one prefetch thread in the rank."""
+      `num_workers` DataLoader worker processes, or with `num_workers=0` by one prefetch thread in the rank.
+    - `weights` (one probability per window, `task_weights`): a `WeightedSampler` (a seeded permutation's place)."""
     def __init__(self, ds: SequenceDataset, batch_size: int, rank: int = 0, world: int = 1, seed: int = 0, *,
                  num_workers: int = 0, prefetch_factor: int = 2, pin_memory: bool = False,
                  persistent_workers: bool = True,
-                 batches_per_epoch: int | None = None):
+                 batches_per_epoch: int | None = None, weights=None):
         self.ds, self.batch_size, self.rank, self.world, self.seed = ds, int(batch_size), rank, world, seed
+        self.weights = None if weights is None else np.asarray(weights, np.float64)
         self.num_workers, self.prefetch_factor, self.epoch, self.skip_batches = int(num_workers), prefetch_factor, 0, 0
         if ds.device is not None:
             self.sampler, self._dl = None, None
             self.batches = len(ds) // self.batch_size if batches_per_epoch is None else int(batches_per_epoch)
             return
-        self.sampler = ResumableSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.sampler = (ResumableSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+                        if self.weights is None else WeightedSampler(self.weights, world, rank, seed))
         self.batches = (len(ds) // world) // self.batch_size
         if self.num_workers > 0:
             self._dl = torch.utils.data.DataLoader(
@@ -393,7 +443,9 @@ def set_epoch(self: RankLoader, epoch: int, skip_batches: int = 0):
 def _index_batches(self: RankLoader):
     if self.ds.device is not None:
         g = torch.Generator().manual_seed(int(self.seed) * 100003 + self.rank * 7919 + self.epoch)
-        perm = torch.randperm(len(self.ds), generator=g).to(self.ds.device)   # one copy per epoch
+        perm = (torch.randperm(len(self.ds), generator=g) if self.weights is None else   # one copy per epoch
+                torch.multinomial(torch.as_tensor(self.weights), len(self.ds), replacement=True, generator=g))
+        perm = perm.to(self.ds.device)
         for b in range(self.skip_batches, self.batches):
             yield perm[b * self.batch_size:(b + 1) * self.batch_size]
         return
@@ -453,6 +505,14 @@ def prepare_cache(cfg, progress: bool = True, info=None):
     return DecodedCache(D.zarr_path, D.get("cache_dir"), info=info).build(_needed(cfg), progress=progress)
 
 # %% ../nbs/03_dataset.ipynb #23fd88c8
+def check_mixture(cfg, info):
+    "`task.dataset.task_weights` against the store's tasks, before any process starts: `DataError` naming the task."
+    names = info.task_names or [Path(info.path).name.removesuffix(".zarr")]
+    for k in dict(cfg.task.dataset.get("task_weights") or {}):
+        if not (k in names or isinstance(k, int) and 0 <= k < len(names)):
+            raise DataError(f"{info.path}: task.dataset.task_weights names task {k!r}; the store's tasks are "
+                            f"{', '.join(f'{j}: {n}' for j, n in enumerate(names))}")
+
 def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size: int | None = None,
                 progress: bool | None = None, info=None) -> RankLoader:
     """The data side of `train_worker` in one call: the dataset in the configured storage, its (train, val) split by
@@ -471,15 +531,19 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
     train, val = ds.split(D.val_ratio, D.split_seed)
     B = int(batch_size or plan(cfg, world).per_device_batch)
     seed = int(cfg.training.seed)
+    tw = dict(D.get("task_weights") or {})
+    mix = task_weights(train, tw) if tw else None
     if ds.storage == "device":
         parts = shard_episodes(train.lengths[train.episodes], world)
         windows = [len(window_table(train.ends, cfg.horizon, cfg.pad_before, cfg.pad_after,
                                     train.episodes[p])) for p in parts]
-        loader = RankLoader(train.shard(rank, world, device), B, rank, world, seed, batches_per_epoch=min(windows) // B)
+        shard = train.shard(rank, world, device)
+        w = task_weights(shard, tw)[0] if tw else None
+        loader = RankLoader(shard, B, rank, world, seed, batches_per_epoch=min(windows) // B, weights=w)
     else:
         loader = RankLoader(train, B, rank, world, seed, num_workers=num_workers_for(L.num_workers, ds.storage),
                             prefetch_factor=int(L.prefetch_factor or 2),
                             pin_memory=bool(L.pin_memory) and device.type == "cuda",
-                            persistent_workers=bool(L.persistent_workers))
-    loader.dataset, loader.train, loader.val = ds, train, val
+                            persistent_workers=bool(L.persistent_workers), weights=mix[0] if mix else None)
+    loader.dataset, loader.train, loader.val, loader.mixture = ds, train, val, mix[1] if mix else None
     return loader

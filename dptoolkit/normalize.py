@@ -4,17 +4,58 @@
 
 # %% ../nbs/03a_normalize.ipynb #6a3535a4
 from __future__ import annotations
+import json, os
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
 from fastcore.basics import patch
 
+from .cache import default_cache_dir, store_identity
 from .store import open_store, read_chunk_rows
 
 # %% auto #0
-__all__ = ['Normalizer']
+__all__ = ['stats_file', 'Normalizer']
 
 # %% ../nbs/03a_normalize.ipynb #7838e61e
+def stats_file(store, cache_dir=None) -> Path:
+    """Where a store's normalizer statistics are kept: `<cache dir>/stats/<store identity>.json` (the decoded cache's
+    folder and the same identity: the store's path and every file's size and time)."""
+    return Path(cache_dir or default_cache_dir()) / "stats" / f"{store_identity(store)}.json"
+
+def _write_stats(f: Path, stats: dict):
+    "Write atomically (ranks and runs may race for it); a folder we cannot write only costs the next run a pass."
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({k: [np.asarray(v).tolist() for v in s] for k, s in stats.items()}))
+        os.replace(tmp, f)
+    except OSError: pass
+
+def _fit_stats(path, keys) -> dict:
+    "One streaming pass over `keys`: {key: (min, max, mean, std)}."
+    g = open_store(path)
+    stats = {}
+    for k in keys:
+        a = g[f"data/{k}"]
+        C = a.chunks[0]
+        lo = hi = None
+        s1 = s2 = 0.0
+        for s in range(0, a.shape[0], C):
+            blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, min(s + C, a.shape[0])), dtype=np.float64)
+            lo = blk.min(0) if lo is None else np.minimum(lo, blk.min(0))
+            hi = blk.max(0) if hi is None else np.maximum(hi, blk.max(0))
+            s1 = s1 + blk.sum(0)
+            s2 = s2 + (blk * blk).sum(0)
+        n = a.shape[0]
+        mean = s1 / n
+        std = np.sqrt(np.maximum(s2 - n * mean * mean, 0) / max(n - 1, 1))
+        stats[k] = (lo, hi, mean, std)
+    return stats
+
+
+# %% ../nbs/03a_normalize.ipynb #9db7c91d
 class Normalizer(nn.Module):
     """Per-key affine map to [-1, 1] from data limits (diffusion_policy's `LinearNormalizer`, "limits" mode);
     `normalize`/`unnormalize` are exact inverses. `stats_<key>` keeps the data's min, max, mean and std (rows 0-3),
@@ -25,26 +66,22 @@ class Normalizer(nn.Module):
         for k, st in (stats or {}).items(): self.add(k, *st)
 
     @classmethod
-    def from_store(cls, path, keys):
-        "Fit on `data/<key>` of a store, streaming chunk by chunk (min, max, mean and unbiased std per dimension)."
-        g = open_store(path)
-        stats = {}
-        for k in keys:
-            a = g[f"data/{k}"]
-            C = a.chunks[0]
-            lo = hi = None
-            s1 = s2 = 0.0
-            for s in range(0, a.shape[0], C):
-                blk = np.asarray(read_chunk_rows(path, f"data/{k}", a, s, min(s + C, a.shape[0])), dtype=np.float64)
-                lo = blk.min(0) if lo is None else np.minimum(lo, blk.min(0))
-                hi = blk.max(0) if hi is None else np.maximum(hi, blk.max(0))
-                s1 = s1 + blk.sum(0)
-                s2 = s2 + (blk * blk).sum(0)
-            n = a.shape[0]
-            mean = s1 / n
-            std = np.sqrt(np.maximum(s2 - n * mean * mean, 0) / max(n - 1, 1))
-            stats[k] = (lo, hi, mean, std)
-        return cls(stats)
+    def from_store(cls, path, keys, cache: bool = True, cache_dir=None):
+        """Fit on `data/<key>` of a store, streaming chunk by chunk (min, max, mean and unbiased std per dimension).
+        With `cache`, the statistics are kept beside the decoded cache (`stats_file`) under the store's identity: a
+        second run on the same store reads them instead of a pass over it, and a store that changed is read again.
+        `.source` says which."""
+        path, stats, f = str(path), {}, stats_file(path, cache_dir) if cache else None
+        if f is not None and f.exists():
+            try: stats = {k: tuple(np.asarray(v, np.float64) for v in s) for k, s in json.loads(f.read_text()).items()}
+            except (OSError, ValueError): stats = {}
+        missing = [k for k in keys if k not in stats]
+        if missing: stats.update(_fit_stats(path, missing))
+        if f is not None and missing: _write_stats(f, stats)
+        norm = cls({k: stats[k] for k in keys})
+        norm.source = (f"statistics cached in {f}" if f is not None and not missing else
+                       f"statistics computed ({', '.join(missing)})" + (f", cached in {f}" if f is not None else ""))
+        return norm
 
     @classmethod
     def from_state_dict(cls, sd: dict):

@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from . import __version__
 from .config import ConfigError, plan as make_plan
-from .dataset import ResumableSampler, SequenceDataset, _identity, prepare_cache, rank_loader, run_storage
+from .dataset import (ResumableSampler, SequenceDataset, _identity, check_mixture, prepare_cache, rank_loader,
+                               run_storage)
 from .normalize import Normalizer
 from .checkpoint import (TrainError, check_run_dir, check_store_shapes, latest_checkpoint, load_checkpoint,
                                   load_weights, lock_run, resume_step, unlock_run, write_checkpoint)
@@ -28,7 +29,7 @@ from .store import describe
 
 # %% auto #0
 __all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
-           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'restore',
+           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'norm_keys', 'restore',
            'optimizer_step', 'log_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #5931fab9
@@ -385,6 +386,11 @@ def _rank_setup(cfg) -> _Run:
                 gref=None, stopping=None)   # gref: the first log window's median grad norm (training.grad_spike)
 
 # %% ../nbs/05_train.ipynb #e2d82e66
+def norm_keys(cfg, info) -> list:
+    "The keys the normalizer maps: the low-dim observation keys and the action."
+    D = cfg.task.dataset
+    return [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key]
+
 def _build(R):
     "Data (this rank's loader), model, EMA, optimizer, LR schedule, precision, the noise generator."
     cfg, T, p, D = R.cfg, R.T, R.p, R.cfg.task.dataset
@@ -393,13 +399,13 @@ def _build(R):
     check_store_shapes(cfg, info)
     R.loader = rank_loader(cfg, R.rank, R.world, R.device, batch_size=p.per_device_batch, info=info)
     R.ds, R.train_ds, R.val_ds = R.loader.dataset, R.loader.train, R.loader.val
+    R.mixture, R.tasks = R.loader.mixture, R.ds.task_names
     R.steps_per_epoch = R.loader.batches // p.grad_accum
     if R.steps_per_epoch == 0:
         raise TrainError(f"{D.zarr_path}: {len(R.train_ds)} training windows over {R.world} rank(s) give no full step "
                          f"of {p.per_device_batch} × accum {p.grad_accum}; lower dataloader.batch_size")
     R.total = int(T.max_steps) if T.max_steps else int(T.num_epochs) * R.steps_per_epoch
-    norm = Normalizer.from_store(D.zarr_path,
-                                 [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key])
+    norm = Normalizer.from_store(D.zarr_path, norm_keys(cfg, info), cache_dir=D.get("cache_dir"))
     R.model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(R.device)
     R.ema = make_ema(R.model, cfg.ema) if cfg.ema.enable else None
     R.params = list(R.model.parameters())
@@ -486,7 +492,7 @@ def _open_run(R, resume):
         meta = dict(world_size=R.world, devices=[r["device"] for r in ranks], ranks=ranks, backend=backend,
                     plan=p.__dict__,
                     precision=R.precision, versions=_versions(), resumed_from=R.step if resume else None,
-                    compile=R.compiled, cuda_fast_paths=R.fast or None)
+                    compile=R.compiled, cuda_fast_paths=R.fast or None, mixture=R.mixture)
         (rd / "config.yaml").write_text(OmegaConf.to_yaml(R.cfg) + "\n# run\n"
                                         + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
         R.log_f = open(rd / "logs.jsonl", "a", buffering=1)
@@ -500,6 +506,7 @@ def _open_run(R, resume):
                  else "")
               + f"{len(R.train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped
                                                 else "")
+              + (" (mixture " + ", ".join(f"{t} {s:.0%}" for t, s in R.mixture.items()) + ")" if R.mixture else "")
               + f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "")
               + (f" ({ds.note})" if ds.note else "")
               + f", {R.steps_per_epoch} steps/epoch | run {rd}", flush=True)
@@ -528,11 +535,13 @@ def _save(R):
 # %% ../nbs/05_train.ipynb #305d75bf
 class _Window:
     """A log window's figures, kept on the device until the log step: loss sum, grad-norm sum, data time, steps, stop
-    votes, finite-loss steps, grad-norm max, each step's grad norm, then each rank's CPU share (its CPU seconds over the
-    window's wall time × its torch threads). One all-reduce and one host read per log step."""
+    votes, finite-loss steps, grad-norm max, each step's grad norm, each rank's CPU share (its CPU seconds over the
+    window's wall time × its torch threads), then the windows drawn of each task. One all-reduce and one host read per
+    log step."""
     def __init__(self, R):
         self.L, self.threads = int(R.T.log_every), torch.get_num_threads()
-        self.buf = torch.zeros(7 + self.L + R.world, dtype=torch.float64, device=R.device)
+        self.tasks = len(R.tasks)
+        self.buf = torch.zeros(7 + self.L + R.world + self.tasks, dtype=torch.float64, device=R.device)
         self.t_start = time.perf_counter()
         self.val_s = 0.0
         self.reset()
@@ -551,6 +560,12 @@ class _Window:
         b[6] = torch.maximum(b[6], gn)
         b[7 + self.n] = gn
         self.n += 1
+
+    def count_tasks(self, task, device):
+        "Add a batch's windows (`task`: their task indices) to their tasks' counts, on the device: no host sync."
+        if task is None: return
+        task = task.to(device, non_blocking=True)
+        self.buf[-self.tasks:].index_add_(0, task, torch.ones_like(task, dtype=torch.float64))
 
 def optimizer_step(R):
     """One optimizer step after the micro-batches' backward passes: unscale (fp16), clip and measure the total grad
@@ -588,10 +603,11 @@ def log_step(R, W, stop, val_due):
                world_size=world, global_batch=eb, samples_per_s=eb * steps / wall, steps_per_s=steps / wall,
                step_time_s=wall / steps, data_time_s=w[2] / n, compute_time_s=max(0.0, wall / steps - w[2] / n),
                wall_s=now - W.t_start, time=time.time())
-    cpu = w[7 + W.L:]
+    cpu = w[7 + W.L:7 + W.L + world]
     rec.update(train_s=rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu),
                cpu_share_rank=cpu.index(min(cpu)),
                load=os.getloadavg()[0] / _cores())
+    if W.tasks > 1: rec["task_windows"] = {name: int(v) for name, v in zip(R.tasks, w[-W.tasks:])}
     if R.is_main:
         if val_due:   # validation time is kept out of both timing windows (and out of train_s)
             t_val = time.perf_counter()
@@ -665,6 +681,7 @@ def train_worker(cfg) -> dict:
             for batch in R.loader:
                 W.data_wait += time.perf_counter() - t_data
                 beat.phase = "step"
+                W.count_tasks(batch.pop("task", None), device)
                 batch = _to(batch, device)
                 micro += 1
                 last = micro % p.grad_accum == 0
@@ -788,7 +805,9 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     cfg.logging.run_dir = str(rd.absolute())
     make_plan(cfg, dev.nprocs)                      # refuse an impossible plan before starting processes
     info = describe(cfg.task.dataset.zarr_path) if cfg.task.dataset.zarr_path else None   # once: shapes, then cache
-    if info is not None: check_store_shapes(cfg, info)
+    if info is not None:
+        check_store_shapes(cfg, info)
+        check_mixture(cfg, info)
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
@@ -804,6 +823,9 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
         OmegaConf.update(cfg, "task.dataset.storage", mode, force_add=True)
         if note: print(f"train: {note}")
     prepare_cache(cfg, progress=progress, info=info)
+    if info is not None:   # the normalizer's statistics, once per store: every rank reads them from the cache
+        D = cfg.task.dataset
+        Normalizer.from_store(D.zarr_path, norm_keys(cfg, info), cache_dir=D.get("cache_dir"))
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
     metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                      backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,

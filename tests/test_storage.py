@@ -190,8 +190,9 @@ def test_two_runs_race_for_one_cache(cam, tmp_path):
     procs = [subprocess.Popen(args(tmp_path / f"run{i}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     for p, o in zip(procs, outs): assert p.returncode == 0, o[-3000:]
-    entries = [d for d in cache.iterdir() if d.is_dir()]
+    entries = [d for d in cache.iterdir() if d.is_dir() and d.name != "stats"]
     assert len(entries) == 1, entries
+    assert len(list((cache / "stats").glob("*.json"))) == 1         # the normalizer's statistics: one file, shared
     builds = json.loads((entries[0] / "manifest.json").read_text())["builds"]
     assert sum(len(b["keys"]) for b in builds) == 3, builds    # each key decoded once
     for i in range(2): assert (tmp_path / f"run{i}" / "logs.jsonl").exists()
