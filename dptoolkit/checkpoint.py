@@ -4,7 +4,7 @@
 
 # %% ../nbs/04b_checkpoint.ipynb #8645669a
 from __future__ import annotations
-import errno, fcntl, os, shutil, socket
+import errno, fcntl, json, os, shutil, socket
 from pathlib import Path
 
 import torch
@@ -19,7 +19,7 @@ class TrainError(RuntimeError):
     "Training cannot start or resume; the message names the file or setting."
 
 # %% ../nbs/04b_checkpoint.ipynb #ee9d4283
-def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: int):
+def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: int, info: dict | None = None):
     ck = run_dir / "checkpoints"
     ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -33,6 +33,7 @@ def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: in
             save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()},
                       str(tmp / "ema.safetensors"))
         torch.save(state, tmp / "state.pt")
+        if info is not None: (tmp / "info.json").write_text(json.dumps(info))   # step, training seconds: small
     except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
         shutil.rmtree(tmp, ignore_errors=True)
         need = _tensor_bytes(model.state_dict()) * (2 if ema is not None else 1) + _tensor_bytes(state)

@@ -237,7 +237,16 @@ def cmd_sim_data(a):
     print(d)
 
 def cmd_rollout(a):
-    from dptoolkit.sim import rollout, rollout_table
+    from dptoolkit.sim import rollout, rollout_run, rollout_table, watch_rollouts
+    if a.watch:      # what train starts beside its ranks (eval.rollout_every)
+        watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
+                       log=lambda m: print(m, flush=True))
+        return
+    if a.every is not None:
+        recs = rollout_run(a.run, a.every, a.task, a.episodes, a.seed, a.workers, progress=not a.json,
+                           max_steps=a.max_steps)
+        if a.json: print(recs.to_json(orient="records", indent=1))
+        return
     res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                    video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress))]
     if a.baselines:
@@ -588,7 +597,8 @@ COMMANDS.update({
         description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success "
                     "rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
         examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/",
-                  "dpt rollout expert --episodes 20"],
+                  "dpt rollout expert --episodes 20",
+                  "dpt rollout runs/sim --every 500 --episodes 20 --seed 100000"],
         args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
               _a("--task", default="transfer_cube", help="transfer_cube"),
               _a("--episodes", type=count, default=10, help="episodes (default 10)"),
@@ -598,6 +608,9 @@ COMMANDS.update({
               _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),
               _a("--videos", type=count0, default=2, help="episodes to film with --video (default 2)"),
+              _a("--every", type=count0, help="roll out each saved checkpoint at a multiple of EVERY steps (0: all)"),
+              _a("--watch", type=count, help=argparse.SUPPRESS),     # train's watcher: every WATCH steps, as they come
+              _a("--parent", type=int, help=argparse.SUPPRESS),
               _JSON("the results"), _NO_PROGRESS]),
     "slurm": dict(fn=cmd_slurm,
                   help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue",
@@ -619,6 +632,11 @@ COMMANDS.update({
               _a("--submit", action="store_true", help="run sbatch and print the job id"),
               _a("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS",
                  help="arguments of dpt train, after --")]),
+})
+
+
+# %% ../nbs/08_cli.ipynb #87b4f36e
+COMMANDS.update({
     "export": dict(fn=cmd_export, help="write a run's model as a diffusion_policy / RoboTwin checkpoint",
         description="Write the run's model, EMA model, optimizer, normalizers and config as the .ckpt RoboTwin's and "
                     "diffusion_policy's own code loads without changes: their deploy (DP.get_policy) and their "
@@ -640,6 +658,7 @@ COMMANDS.update({
                  help="allow unpickling the file (it can run code): only for files you trust"),
               _a("--data", help="store to train on; checked against the checkpoint's shapes")]),
 })
+
 
 # %% ../nbs/08_cli.ipynb #eaf951bb
 def build_parser() -> argparse.ArgumentParser:

@@ -94,7 +94,9 @@ _RANGES = {
            "policy.num_inference_steps": ("int", 1, None, True, False),
     "policy.down_dims": ("ints", 1, None, True, False), "policy.kernel_size": ("int", 1, None, True, False),
     "policy.n_groups": ("int", 1, None, True, False), "policy.diffusion_step_embed_dim": ("int", 1, None, True, False),
-    "policy.obs_encoder.keypoints": ("int", 1, None, True, True)}
+    "policy.obs_encoder.keypoints": ("int", 1, None, True, True),
+    "eval.rollout_every": ("int", 1, None, True, True), "eval.rollout_episodes": ("int", 1, None, True, False),
+    "eval.rollout_seed": ("int", 0, None, True, False), "eval.rollout_workers": ("int", 1, None, True, False)}
 _HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
 _MISSING = object()
 

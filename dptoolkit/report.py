@@ -13,7 +13,8 @@ import yaml
 
 # %% auto #0
 __all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'ReportError', 'plain', 'read_log', 'steady',
-           'contention', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'watch']
+           'contention', 'success_time', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'plot_success',
+           'watch']
 
 # %% ../nbs/07_report.ipynb #863ba94d
 class ReportError(ValueError):
@@ -28,9 +29,10 @@ def plain(x) -> str:
     a = abs(x)
     return f"{x:.0f}" if a >= 100 else f"{x:.2f}" if a >= 1 else f"{x:.3f}" if a >= 0.001 or a == 0 else f"{x:.2e}"
 
-def read_log(run_dir) -> pd.DataFrame:
+def read_log(run_dir, kind: str = "train") -> pd.DataFrame:
     """`logs.jsonl` of a run as a DataFrame; skips a torn last line (a run still writing) and keeps the last record of a
-    step."""
+    step. `kind`: `train` (the loop's records) or `rollout` (success records: `eval.rollout_every`, `dpt rollout
+    --every`)."""
     f = Path(run_dir) / "logs.jsonl"
     if not f.exists(): raise ReportError(f"{run_dir}: no logs.jsonl (is this a run folder?)")
     rows, lines = [], f.read_text().splitlines()
@@ -40,7 +42,11 @@ def read_log(run_dir) -> pd.DataFrame:
         except json.JSONDecodeError:
             if i == len(lines) - 1: continue           # torn last line of a live run
             raise ReportError(f"{f}: line {i + 1} is not JSON: {line[:80]!r}") from None
-    if not rows: raise ReportError(f"{f}: empty log (no step logged yet)")
+    rows = [r for r in rows if r.get("kind", "train") == kind]
+    if not rows:
+        if kind == "rollout":
+            raise ReportError(f"{f}: no success records (train with eval.rollout_every, or dpt rollout RUN --every N)")
+        raise ReportError(f"{f}: empty log (no step logged yet)")
     df = pd.DataFrame(rows)
     for c in df.columns:   # strict JSON writes non-finite numbers as null: back to NaN
         if df[c].dtype == object and df[c].map(lambda v: v is None or isinstance(v, (int, float))).all():
@@ -110,6 +116,19 @@ def _time_to(df, col, target, better=min):
     t = "train_s" if "train_s" in df and df["train_s"].notna().all() else "wall_s"
     return float(hit[t].iloc[0]) if t in hit else np.nan
 
+# %% ../nbs/07_report.ipynb #aa6bd144
+def success_time(run_dir, target: float = 0.8) -> tuple:
+    """Training seconds until a run's success reaches `target`, from its success records: (at the first record whose
+    Wilson interval's centre reaches it, the earliest plausible -- its upper bound reaches it --, the latest -- its
+    lower bound does; NaN where none does)."""
+    try: s = read_log(run_dir, "rollout")
+    except ReportError: return (np.nan, np.nan, np.nan)
+    t = s["train_s"] if "train_s" in s and s["train_s"].notna().all() else pd.Series(np.nan, index=s.index)
+    first = lambda m: float(t[m].iloc[0]) if m.any() else np.nan
+    return (first((s.success_low + s.success_high) / 2 >= target), first(s.success_high >= target),
+            first(s.success_low >= target))
+
+
 # %% ../nbs/07_report.ipynb #a1c0ffee
 def _run_row(rd, warmup):
     df = read_log(rd)
@@ -143,7 +162,8 @@ def _throughput(row, sps):
 
 def _speedups(out):
     "Speed-up and efficiency against the 1-process row of the same per-device batch, as a median and a low-high range."
-    for c in ("speedup", "speedup_low", "speedup_high", "efficiency", "time_to_val_loss_speedup"): out[c] = np.nan
+    for c in ("speedup", "speedup_low", "speedup_high", "efficiency", "time_to_val_loss_speedup",
+              "time_to_success_speedup", "time_to_success_speedup_low", "time_to_success_speedup_high"): out[c] = np.nan
     out["flag"] = ""
     for i, r in out.iterrows():
         base = out[(out.world_size == 1) & (out.per_device_batch == r.per_device_batch)]
@@ -155,6 +175,10 @@ def _speedups(out):
         out.loc[i, "efficiency"] = out.loc[i, "speedup"] / r.world_size
         if np.isfinite(b.time_to_val_loss) and np.isfinite(r.time_to_val_loss) and r.time_to_val_loss > 0:
             out.loc[i, "time_to_val_loss_speedup"] = b.time_to_val_loss / r.time_to_val_loss
+        if "time_to_success" in out and np.isfinite(b.time_to_success) and np.isfinite(r.time_to_success):
+            out.loc[i, ["time_to_success_speedup", "time_to_success_speedup_low", "time_to_success_speedup_high"]] = (
+                b.time_to_success / r.time_to_success, b.time_to_success_low / r.time_to_success_high,
+                b.time_to_success_high / r.time_to_success_low)
         flags = []
         if r.contended: flags.append(f"contended: {r.contended_reason}")
         elif b.contended and r.world_size > 1: flags.append(f"baseline contended: {b.contended_reason}")
@@ -166,12 +190,14 @@ def _speedups(out):
     return out
 
 # %% ../nbs/07_report.ipynb #69781b12
-def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | None = None) -> pd.DataFrame:
+def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | None = None,
+              success_target: float = 0.8) -> pd.DataFrame:
     """One row per run (or, with `combine`, per world size and per-device batch over repeated runs): steady-state
     samples/s (median, `_low`/`_high` quartiles, `_iqr`), step-time split, `contended` with its reason, speed-up and
     efficiency with their range, a `flag` saying why a figure should not be trusted, and time to reach validation loss
-    `target` (default: the best validation loss every run reached) with its speed-up. `warmup`: steps, or `auto` (see
-    `steady`)."""
+    `target` (default: the best validation loss every run reached) with its speed-up; where runs have success records,
+    time to `success_target` (`success_time`: `time_to_success` and its `_low`/`_high` range) and its speed-up.
+    `warmup`: steps, or `auto` (see `steady`)."""
     rows, sigs, logs = [], {}, {}
     for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
         row, sps, df, sig = _run_row(rd, warmup)
@@ -186,12 +212,16 @@ def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | No
         target = max(bests) if bests and all(np.isfinite(bests)) else None
     for r, sps in rows:
         r["time_to_val_loss"] = _time_to(logs[r["run_dir"]], "val_loss", target)
+        t, lo, hi = success_time(r["run_dir"], success_target)
+        r.update(time_to_success=t, time_to_success_low=lo, time_to_success_high=hi)
         r["contended"] = bool(r["contended_reason"])
     if combine: rows = _combine(rows)
     for r, sps in rows: _throughput(r, sps)
     out = pd.DataFrame([r for r, _ in rows]).sort_values(["per_device_batch", "world_size"]).reset_index(drop=True)
     out = _speedups(out)
-    out.attrs["val_loss_target"] = target
+    out.attrs["val_loss_target"], out.attrs["success_target"] = target, success_target
+    if out["time_to_success"].isna().all():
+        out = out.drop(columns=[c for c in out if c.startswith("time_to_success")])
     return out
 
 def _combine(rows):
@@ -310,6 +340,27 @@ def plot_loss(run_dirs, ax=None):
     fig.tight_layout()
     return fig
 
+# %% ../nbs/07_report.ipynb #f9e1da40
+def plot_success(run_dirs, target: float | None = 0.8, axes=None):
+    "Success rate (with its Wilson interval) by step and by training seconds, one line per run."
+    plt = _plt()
+    if axes is None: fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    else: fig = axes[0].figure
+    for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
+        s = read_log(rd, "rollout")
+        ws = (_run_meta(rd).get("run") or {}).get("world_size")
+        label = f"{Path(rd).name}" + (f" (world {ws})" if ws else "")
+        for ax, x in zip(axes, ("step", "train_s")):
+            if x not in s or s[x].isna().all(): continue
+            line, = ax.plot(s[x], s["success"], marker="o", label=label)
+            ax.fill_between(s[x], s["success_low"], s["success_high"], alpha=0.2, color=line.get_color())
+    for ax, xl in zip(axes, ("step", "training seconds")):
+        if target is not None: ax.axhline(target, ls="--", color="gray", lw=1)
+        ax.set(xlabel=xl, ylabel="success rate", ylim=(-0.03, 1.03))
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
 # %% ../nbs/07_report.ipynb #0dcb19b4
 def _total_steps(run_dir):
     "The run's planned optimizer steps (`training.max_steps` in its config.yaml), or None."
@@ -337,13 +388,19 @@ def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int |
                 eta = (total - step) / rate if total and rate > 0 and not done else None
                 title = (f"{Path(run_dir).name}: step {step}" + (f" of {total}" if total else "")
                          + (" (done)" if done else f", ETA {eta:.0f} s" if eta is not None else ""))
-                fig, axs = plt.subplots(1, 2, figsize=(8, 2.8))
+                try: suc = read_log(run_dir, "rollout")
+                except ReportError: suc = None
+                fig, axs = plt.subplots(1, 3 if suc is not None else 2, figsize=(12 if suc is not None else 8, 2.8))
                 axs[0].plot(df["step"], df["loss"])
                 axs[0].set_title("loss")
                 axs[0].set_xlabel("step")
                 axs[1].plot(df["step"], df["samples_per_s"])
                 axs[1].set_title("samples / s")
                 axs[1].set_xlabel("step")
+                if suc is not None:
+                    axs[2].plot(suc["step"], suc["success"], marker="o")
+                    axs[2].fill_between(suc["step"], suc["success_low"], suc["success_high"], alpha=0.2)
+                    axs[2].set(title=f"success ({int(suc['episodes'].iloc[-1])} episodes)", xlabel="step", ylim=(0, 1))
                 fig.suptitle(title, fontsize=9)
                 fig.tight_layout()
                 clear_output(wait=True)

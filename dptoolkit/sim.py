@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_sim.ipynb #72019904
 from __future__ import annotations
-import collections, math, os, time
+import collections, json, math, os, shutil, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,12 +12,15 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['TASKS', 'EPISODE_STEPS', 'SUCCESS_REWARD', 'SimError', 'wilson', 'AlohaSim', 'transfer_waypoints', 'expert_episode',
-           'Demos', 'make_demos', 'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout']
+__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'wilson', 'AlohaSim',
+           'transfer_waypoints', 'expert_episode', 'Demos', 'make_demos', 'check_policy', 'rollout_episode',
+           'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
+           'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
 EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
+SIM_KEYS = ["state", "action", "env_state"]   # what every demonstration store holds (cameras: head_camera)
 SUCCESS_REWARD = 4           # transfer-cube: the left gripper holds the cube off the table
 
 class SimError(RuntimeError):
@@ -166,11 +169,13 @@ def _interp(wps, t):
 
 # %% ../nbs/13_sim.ipynb #a8a31481
 def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, size=(48, 64),
-                   steps: int = EPISODE_STEPS) -> dict:
+                   steps: int = EPISODE_STEPS, noise: float = 0.0) -> dict:
     """One demonstration: the script drives the end-effector (mocap) version of the task and its joint positions are
     recorded; those joint targets are then replayed in the joint-controlled task, which is what a policy will face.
     Returns arrays (`state` = qpos, `action` = the joint target, `env_state`, and `head_camera` with `camera`), the
-    rewards and `success` (reward 4 reached)."""
+    rewards and `success` (reward 4 reached). `noise` (radians): the replay executes each arm joint's target plus
+    smooth noise of that size (a correlation time of 20 steps) while the recorded action stays the clean target, so the
+    data shows the way back to the expert's path from states beside it (DART, Laskey et al. 2017)."""
     ee = AlohaSim(task, end_effector=True)
     o = ee.reset(seed)
     left, right = transfer_waypoints(o)
@@ -184,13 +189,16 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
     env = AlohaSim(task, camera=camera, size=size)
     o = env.reset(seed)
     out = {k: [] for k in ("state", "action", "env_state") + (("head_camera",) if camera else ())}
-    rewards = []
+    rewards, rng, n = [], np.random.default_rng([int(seed), 17]), np.zeros(14)
+    arm = np.ones(14, bool)
+    arm[[6, 13]] = False                                   # grippers: never perturbed
     for q in targets:
         out["state"].append(o["qpos"])
         out["action"].append(q)
         out["env_state"].append(o["env_state"])
         if camera: out["head_camera"].append(o["head_camera"])
-        o, r = env.step(q)
+        n = 0.95 * n + noise * np.sqrt(1 - 0.95 ** 2) * rng.standard_normal(14)   # AR(1): stationary std `noise`
+        o, r = env.step(np.where(arm, q + n, q) if noise else q)
         rewards.append(r)
     arrays = {k: np.asarray(v, dtype=np.uint8 if k == "head_camera" else np.float32) for k, v in out.items()}
     return dict(arrays=arrays, rewards=rewards, success=max(rewards) >= SUCCESS_REWARD, seed=int(seed))
@@ -234,7 +242,7 @@ class Demos:
 # %% ../nbs/13_sim.ipynb #fa3a8394
 def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool = False, size=(48, 64),
                workers=None, seed: int = 0, keep: str = "success", overwrite: bool = False,
-               progress: bool = True) -> Demos:
+               progress: bool = True, noise: float = 0.0) -> Demos:
     """`n` scripted demonstrations (seeds `seed` … `seed + n - 1`) written as a replay-buffer store in the toolkit's
     layout: `state` (qpos, 14), `action` (joint targets, 14), `env_state` (cube pose, 7) and with `camera` `head_camera`
     uint8 (3, H, W). Episodes run in `workers` processes (default: one per core) with a progress bar; `keep='success'`
@@ -250,7 +258,7 @@ def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool
     with _pool(_workers(workers)) as pool, _bar(n, f"demos → {out.name}", progress) as bar:
         import concurrent.futures as cf
         from dptoolkit import sim
-        futs = {pool.submit(sim.expert_episode, task, s, camera, tuple(size)): s for s in seeds}
+        futs = {pool.submit(sim.expert_episode, task, s, camera, tuple(size), EPISODE_STEPS, noise): s for s in seeds}
         for f in cf.as_completed(futs):
             eps[futs[f]] = f.result()
             bar.update(1)
@@ -260,7 +268,8 @@ def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool
     data = {k: np.concatenate([eps[s]["arrays"][k] for s in kept]) for k in eps[kept[0]]["arrays"]}
     ends = np.cumsum([len(eps[s]["arrays"]["action"]) for s in kept])
     attrs = {"sim": dict(task=task, seeds=kept, expert_success=[bool(x) for x in ok], camera=bool(camera),
-                         size=list(size) if camera else None, steps=EPISODE_STEPS)}
+                         size=list(size) if camera else None, steps=EPISODE_STEPS, noise=float(noise),
+                         keys=SIM_KEYS + (["head_camera"] if camera else []))}
     info = write_store(out, data, ends, attrs=attrs, overwrite=overwrite)
     return Demos(info, seeds, ok)
 
@@ -268,15 +277,36 @@ def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool
 _POLICY = {}   # worker process: the loaded policy, by spec
 
 def _load(spec):
-    "A policy spec → (kind, policy or None): 'expert', 'hold', a run folder, or a pickled DiffusionPolicy."
+    """A policy spec → (kind, policy or None): 'expert', 'hold', a run folder, one checkpoint folder of a run
+    (`RUN/checkpoints/step_N`, or a snapshot `RUN/rollouts/step_N`), or a pickled DiffusionPolicy."""
     if isinstance(spec, str) and spec in ("expert", "hold"): return spec, None
     key = spec if isinstance(spec, str) else id(spec)
     if key not in _POLICY:
-        if isinstance(spec, str):
-            from dptoolkit.evaluate import load_policy
-            _POLICY[key] = load_policy(spec, device="cpu")[0]
+        if isinstance(spec, str): _POLICY[key] = _load_path(spec)
         else: _POLICY[key] = spec.eval()
     return "policy", _POLICY[key]
+
+def _load_path(spec: str):
+    """The EMA policy of a run folder's latest checkpoint, or of one checkpoint folder (its run is two folders up), on
+    the GPU when one is visible (the one the ranks train on), else the CPU."""
+    import torch
+    from dptoolkit.evaluate import load_policy
+    p, dev = Path(spec), "cuda" if torch.cuda.is_available() else "cpu"
+    if (p / "model.safetensors").exists(): return load_policy(p.parents[1], checkpoint=p, device=dev)[0]
+    return load_policy(p, device=dev)[0]
+
+SIM_OBS = {"state": "qpos", "env_state": "env_state", "head_camera": "top camera"}   # what an episode can feed
+
+def check_policy(policy, task: str = "transfer_cube", name: str = "policy"):
+    """Refuse, before any episode, a policy the simulator cannot drive: an observation key it does not give
+    (`SIM_OBS`), or an action dimension other than the task's 14."""
+    for k in policy.low_dim_keys + policy.image_keys:
+        if k not in SIM_OBS:
+            raise SimError(f"{name}: the policy reads {k}, which the {task} simulator does not give (it gives "
+                           + ", ".join(f"{k2} ({v})" for k2, v in SIM_OBS.items()) + ")")
+    if policy.action_dim != 14:
+        raise SimError(f"{name}: the policy acts in {policy.action_dim} dimensions, {task} takes 14 "
+                       "(2 × 6 joints + 2 grippers)")
 
 def _obs_batch(policy, hist):
     "The last n_obs_steps observations as the (1, T, ...) batch `predict_action` takes (store key names)."
@@ -313,13 +343,15 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     hist = collections.deque([o] * (policy.n_obs_steps if policy is not None else 1),
                              maxlen=policy.n_obs_steps if policy is not None else 1)
     frames, rewards = [], []
-    g = torch.Generator().manual_seed(int(seed))
+    dev = next(policy.parameters()).device if policy is not None else torch.device("cpu")
+    g = torch.Generator(device=dev).manual_seed(int(seed))
     while len(rewards) < max_steps and (not rewards or max(rewards) < SUCCESS_REWARD):
         if kind == "hold": chunk = [start]
         else:
             with torch.no_grad():
-                chunk = policy.predict_action(_obs_batch(policy, hist), generator=g,
-                                              num_inference_steps=inference_steps)["action"][0].numpy()
+                obs = {k: v.to(dev) for k, v in _obs_batch(policy, hist).items()}
+                chunk = policy.predict_action(obs, generator=g,
+                                              num_inference_steps=inference_steps)["action"][0].cpu().numpy()
         for a in chunk:
             o, r = env.step(a)
             rewards.append(r)
@@ -390,12 +422,9 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
     spec, name = run_or_policy, str(run_or_policy)
     if not (isinstance(spec, str) and spec in ("expert", "hold")):
         if isinstance(spec, (str, Path)):
-            from dptoolkit.evaluate import load_policy
             spec, name = str(Path(spec).absolute()), Path(spec).name
-            adim = load_policy(spec)[0].action_dim
-        else: adim, name = spec.action_dim, "policy"
-        if adim != 14:
-            raise SimError(f"{name}: the policy acts in {adim} dimensions, {task} takes 14 (2 × 6 joints + 2 grippers)")
+            check_policy(_load_path(spec), task, name)
+        else: check_policy(spec, task, "policy")
     seeds = list(range(seed, seed + episodes))
     vids = {s: str(Path(video_dir) / f"{name}-seed{s}.mp4") for s in seeds[:videos]} if video_dir else {}
     t0, rows = time.perf_counter(), []
@@ -410,3 +439,89 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
             bar.update(1)
     df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True)
     return RolloutResult(name, df, list(vids.values()), time.perf_counter() - t0, n)
+
+# %% ../nbs/13_sim.ipynb #e67088ec
+def snapshot(ckpt) -> Path:
+    "Hard links of a checkpoint's files in `RUN/rollouts/<name>` (copies across file systems)."
+    ckpt = Path(ckpt)
+    dst = ckpt.parents[1] / "rollouts" / ckpt.name
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ckpt.iterdir():
+        if (dst / f.name).exists(): continue
+        try: os.link(f, dst / f.name)
+        except OSError: shutil.copy2(f, dst / f.name)
+    return dst
+
+def rollout_checkpoint(ckpt, task="transfer_cube", episodes: int = 20, seed: int = 100000, workers=None,
+                       progress: bool = False, max_steps: int = EPISODE_STEPS) -> dict:
+    """Roll out one checkpoint's EMA policy (`RUN/checkpoints/step_N`) and append its success record to the run's
+    `logs.jsonl` (and `eval/success` to TensorBoard when the run logs there); returns the record."""
+    ckpt = Path(ckpt).absolute()
+    run, snap = ckpt.parents[1], snapshot(ckpt)
+    try:
+        info = json.loads((snap / "info.json").read_text()) if (snap / "info.json").exists() else {}
+        res = rollout(str(snap), task, episodes=episodes, workers=workers, seed=seed, max_steps=max_steps,
+                      progress=progress)
+    finally: shutil.rmtree(snap, ignore_errors=True)
+    lo, hi = res.ci
+    rec = dict(kind="rollout", step=int(info.get("step", ckpt.name.split("_")[-1])), train_s=info.get("train_s"),
+               success=res.success_rate, success_low=lo, success_high=hi, episodes=episodes,
+               seeds=[seed, seed + episodes - 1], mean_return=float(res.episodes["ret"].mean()), task=task,
+               rollout_s=res.wall_s, time=time.time())
+    with open(run / "logs.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")      # one write: whole lines
+    _tensorboard(run, rec)
+    return rec
+
+def _tensorboard(run: Path, rec: dict):
+    "`eval/success` in the run folder's TensorBoard events, when the run logs to TensorBoard."
+    try: on = "tensorboard: true" in (run / "config.yaml").read_text()
+    except OSError: on = False
+    if not on: return
+    from torch.utils.tensorboard import SummaryWriter
+    with SummaryWriter(str(run), filename_suffix=".rollouts") as tb:
+        tb.add_scalar("eval/success", rec["success"], rec["step"])
+
+# %% ../nbs/13_sim.ipynb #515ee759
+def _alive(pid) -> bool:
+    if not pid: return True
+    try: os.kill(int(pid), 0)
+    except ProcessLookupError: return False
+    except PermissionError: pass
+    return True
+
+def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000,
+                   workers=None, parent=None, poll_s: float = 1.0, log=print) -> list:
+    """Roll out each new checkpoint of `run` at a multiple of `every` steps, and the final one, as they appear (the
+    newest first: never a queue); returns the records. Ends after the final checkpoint's rollout (the run writes
+    `RUN/.rollouts-done`) or when process `parent` has exited."""
+    run, seen, recs = Path(run), set(), []
+    while True:
+        done = run / ".rollouts-done"
+        final = int(done.read_text().strip() or -1) if done.exists() else None
+        latest = run / "checkpoints" / "latest"
+        name = latest.read_text().strip() if latest.exists() else ""
+        step = int(name.split("_")[-1]) if name else None
+        if step is not None and step not in seen and (step % every == 0 or step == final):
+            seen.add(step)
+            try: recs.append(rollout_checkpoint(run / "checkpoints" / name, task, episodes, seed, workers))
+            except (FileNotFoundError, SimError) as e: log(f"rollout of {name} skipped: {e}")
+            else: log(f"step {step}: success {recs[-1]['success']:.0%} [{recs[-1]['success_low']:.0%}–"
+                      f"{recs[-1]['success_high']:.0%}] over {episodes} episodes")
+            continue
+        if final is not None and (final in seen or step is None or step <= max(seen, default=-1)): return recs
+        if not _alive(parent): return recs
+        time.sleep(poll_s)
+
+# %% ../nbs/13_sim.ipynb #ce9627d6
+def rollout_run(run, every=None, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000, workers=None,
+                progress: bool = True, max_steps: int = EPISODE_STEPS) -> pd.DataFrame:
+    "Roll out each saved checkpoint of `run` (those at multiples of `every` steps), appending its record; → records."
+    ck = sorted(Path(run).glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[-1]))
+    ck = [p for p in ck if p.is_dir() and (not every or int(p.name.split("_")[-1]) % every == 0)]
+    if not ck: raise SimError(f"{run}: no saved checkpoint" + (f" at a multiple of {every} steps" if every else ""))
+    recs = []
+    for p in ck:
+        recs.append(rollout_checkpoint(p, task, episodes, seed, workers, max_steps=max_steps))
+        if progress: print(f"{p.name}: success {recs[-1]['success']:.0%} [{recs[-1]['success_low']:.0%}–"
+                           f"{recs[-1]['success_high']:.0%}]", flush=True)
+    return pd.DataFrame(recs)

@@ -14,7 +14,7 @@ from .report import _plt, plain, summarize
 from .train import train
 
 # %% auto #0
-__all__ = ['sweep', 'compare_scaling', 'plot_scaling']
+__all__ = ['sweep', 'compare_scaling', 'plot_scaling', 'time_to_success']
 
 # %% ../nbs/07b_sweep.ipynb #f4a23660
 def sweep(cfg, world_sizes=(1, 2), steps: int = 30, out_dir=None, per_device_batch: int | None = None, repeats: int = 1,
@@ -96,3 +96,16 @@ def plot_scaling(s: pd.DataFrame, ax=None):
     ax.grid(alpha=.3, axis="y")
     fig.tight_layout()
     return fig
+
+# %% ../nbs/07b_sweep.ipynb #49edddb6
+def time_to_success(run_dirs, target: float = 0.8, warmup="auto") -> pd.DataFrame:
+    """Per run: world size, throughput speed-up, and training seconds to `target` success with its range and its
+    speed-up against the one-process run (the success columns of `summarize`)."""
+    s = summarize(run_dirs, warmup=warmup, success_target=target)
+    if "time_to_success" not in s:
+        raise ValueError("none of the runs has success records: train with eval.rollout_every, or run "
+                         "dpt rollout RUN --every N on each")
+    cols = ["run", "world_size", "samples_per_s", "speedup", "time_to_success", "time_to_success_low",
+            "time_to_success_high", "time_to_success_speedup", "time_to_success_speedup_low",
+            "time_to_success_speedup_high"]
+    return s[cols]

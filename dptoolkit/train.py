@@ -30,7 +30,8 @@ from .store import describe
 # %% auto #0
 __all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
            'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'norm_keys', 'restore',
-           'optimizer_step', 'log_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']
+           'optimizer_step', 'log_step', 'rollout_cores', 'start_rollouts', 'finish_rollouts', 'check_rollouts',
+           'train_worker', 'RunResult', 'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #5931fab9
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
@@ -90,13 +91,13 @@ def _slurm_task_is_rank() -> bool:
     return ("SLURM_PROCID" in env and int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1) > 1
             and "TORCHELASTIC_RUN_ID" not in env and not launched())
 
-def cpu_threads(T, local_ranks: int) -> int:
-    """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores split over its
-    `local_ranks` ranks (a run on its own uses the machine; timing sweeps pass 1 per rank: the report chapter says
-    why)."""
+def cpu_threads(T, local_ranks: int, reserve: int = 0) -> int:
+    """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores, less `reserve`
+    (cores left to rollout workers), split over its `local_ranks` ranks (a run on its own uses the machine; timing
+    sweeps pass 1 per rank: the report chapter says why)."""
     n = OmegaConf.select(T, "cpu_threads", default="auto")
     if _slurm_task_is_rank(): local_ranks = 1
-    return max(1, _cores() // max(1, local_ranks)) if n in (None, "auto") else max(1, int(n))
+    return max(1, (_cores() - reserve) // max(1, local_ranks)) if n in (None, "auto") else max(1, int(n))
 
 def _rank_env():
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
@@ -375,15 +376,18 @@ def _rank_setup(cfg) -> _Run:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp.timeout_s),
                                 device_id=device if use_cuda else None)
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:   # CPU ranks share the cores: don't oversubscribe
-        torch.set_num_threads(cpu_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+        torch.set_num_threads(cpu_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world)), rollout_cores(cfg)))
     torch.manual_seed(T.seed + rank)
     np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         if use_cuda: torch.backends.cudnn.benchmark = False
+    # gref: the first log window's median grad norm (training.grad_spike); train_s0: training seconds before a resume;
+    # every: eval.rollout_every
     return _Run(cfg=cfg, T=T, rank=rank, world=world, is_main=rank == 0, device=device, use_cuda=use_cuda,
                 distributed=distributed, p=make_plan(cfg, world), run_dir=_run_dir(cfg), step=0, epoch=0, skip_steps=0,
-                gref=None, stopping=None)   # gref: the first log window's median grad norm (training.grad_spike)
+                gref=None, stopping=None, train_s0=0.0, rollouts=None,
+                every=OmegaConf.select(cfg, "eval.rollout_every", default=None))
 
 # %% ../nbs/05_train.ipynb #e2d82e66
 def norm_keys(cfg, info) -> list:
@@ -431,6 +435,7 @@ def restore(R):
     without an optimizer starts at step 0; one with RoboTwin's optimizer goes on from its global step."""
     where = latest_checkpoint(R.run_dir)
     ck = load_checkpoint(where)
+    if (where / "info.json").exists(): R.train_s0 = float(json.loads((where / "info.json").read_text())["train_s"])
     load_weights(R.model, ck["model"], where / "model.safetensors")
     if R.ema is not None:
         load_weights(R.ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
@@ -510,6 +515,7 @@ def _open_run(R, resume):
               + f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "")
               + (f" ({ds.note})" if ds.note else "")
               + f", {R.steps_per_epoch} steps/epoch | run {rd}", flush=True)
+    R.rollouts = start_rollouts(R)     # rank 0, eval.rollout_every: the watcher beside the ranks
     if R.distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
 # %% ../nbs/05_train.ipynb #b2778956
@@ -530,7 +536,8 @@ def _save(R):
                      step=R.step, epoch=R.epoch, step_in_epoch=R.step_in_epoch, world_size=R.world, noise_rng=states,
                      torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0,
                      grad_norm_ref=R.gref)
-        write_checkpoint(R.run_dir, R.step, R.model, ema, state, int(R.T.keep_checkpoints))
+        info = dict(step=R.step, epoch=R.epoch, train_s=R.train_s0 + time.perf_counter() - R.W.t_start - R.W.val_s)
+        write_checkpoint(R.run_dir, R.step, R.model, ema, state, int(R.T.keep_checkpoints), info)
 
 # %% ../nbs/05_train.ipynb #305d75bf
 class _Window:
@@ -545,6 +552,7 @@ class _Window:
         self.t_start = time.perf_counter()
         self.val_s = 0.0
         self.reset()
+        R.W = self                        # checkpoints read the training clock from it
 
     def reset(self):
         self.buf.zero_()
@@ -604,7 +612,7 @@ def log_step(R, W, stop, val_due):
                step_time_s=wall / steps, data_time_s=w[2] / n, compute_time_s=max(0.0, wall / steps - w[2] / n),
                wall_s=now - W.t_start, time=time.time())
     cpu = w[7 + W.L:7 + W.L + world]
-    rec.update(train_s=rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu),
+    rec.update(train_s=R.train_s0 + rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu),
                cpu_share_rank=cpu.index(min(cpu)),
                load=os.getloadavg()[0] / _cores())
     if W.tasks > 1: rec["task_windows"] = {name: int(v) for name, v in zip(R.tasks, w[-W.tasks:])}
@@ -636,6 +644,7 @@ def _finish(R, W) -> dict | None:
         print(f"stopped by {R.stopping} at step {R.step}/{R.total}: checkpoint "
               f"{R.run_dir / 'checkpoints' / f'step_{R.step:06d}'}; resume with training.resume=auto (dpt train "
               "--resume)", flush=True)
+    success = finish_rollouts(R, wait=R.step >= R.total and not R.stopping)
     if R.is_main:
         last = R.last_log
         result = dict(steps=R.step, epochs=R.epoch, world_size=R.world, final_loss=last["loss"] if last else None,
@@ -643,6 +652,7 @@ def _finish(R, W) -> dict | None:
                       run_dir=str(R.run_dir), effective_batch=R.p.effective_batch, lr=R.p.lr,
                       completed=R.step >= R.total,
                       stopped_by=R.stopping)
+        if success: result.update({k: success[k] for k in ("success", "success_low", "success_high", "episodes")})
         if len(R.val_ds) and R.ema is not None:
             result["val_loss_ema"] = _val_loss(R.ema.module, R.val_ds, R.p.per_device_batch, R.device, R.autocast,
                                                R.T.seed)
@@ -654,6 +664,55 @@ def _finish(R, W) -> dict | None:
         unlock_run(R.run_dir)
     if R.distributed: dist.barrier()
     return result
+
+# %% ../nbs/05_train.ipynb #5b06ccb9
+def rollout_cores(cfg) -> int:
+    "Cores a CPU run leaves to its rollout workers: `eval.rollout_workers` when `eval.rollout_every` is set."
+    E = OmegaConf.select(cfg, "eval", default=None)
+    return int(E.get("rollout_workers", 1)) if E is not None and E.get("rollout_every") else 0
+
+def start_rollouts(R):
+    "Rank 0 of a run with `eval.rollout_every`: the watcher (`dpt rollout RUN --watch N`), its output in rollouts.log."
+    if not (R.is_main and R.every): return None
+    E = R.cfg.eval
+    task = ((R.ds._info.attrs or {}).get("sim") or {}).get("task", "transfer_cube")
+    (R.run_dir / ".rollouts-done").unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "dptoolkit.cli", "rollout", str(R.run_dir), "--watch", str(R.every), "--task", task,
+           "--episodes", str(E.rollout_episodes), "--seed", str(E.rollout_seed), "--workers", str(E.rollout_workers),
+           "--parent", str(os.getpid()), "--no-progress"]
+    import subprocess
+    with open(R.run_dir / "rollouts.log", "a") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+def finish_rollouts(R, wait: bool) -> dict | None:
+    "Tell the watcher the last step; wait for its final rollout (`wait`) or stop it. → the last success record."
+    if R.rollouts is None: return None
+    (R.run_dir / ".rollouts-done").write_text(str(R.step))
+    if wait:
+        print(f"waiting for the rollouts of step {R.step} (eval.rollout_episodes={R.cfg.eval.rollout_episodes}) ...",
+              flush=True)
+        R.rollouts.wait()
+    else:
+        R.rollouts.terminate()
+        R.rollouts.wait(timeout=60)
+    recs = [json.loads(l) for l in open(R.run_dir / "logs.jsonl") if '"kind": "rollout"' in l]
+    return recs[-1] if recs else None
+
+def check_rollouts(cfg, info):
+    """`eval.rollout_every` needs a store the simulator made (its `sim` attributes) and a policy reading only what the
+    simulator gives: refused here, before any process starts, naming what is missing."""
+    every = OmegaConf.select(cfg, "eval.rollout_every", default=None)
+    if not every: return
+    sim = (info.attrs or {}).get("sim")
+    if not sim:
+        raise TrainError(f"eval.rollout_every={every}: {info.path} was not made by the simulator (no 'sim' "
+                         "attributes), so there is no task to roll out in; make demonstrations with dpt sim-data, or "
+                         "set eval.rollout_every=null")
+    keys = sim.get("keys") or ["state", "action", "env_state"] + (["head_camera"] if sim.get("camera") else [])
+    for k in cfg.task.dataset.obs_keys:
+        if k not in keys:
+            raise TrainError(f"eval.rollout_every={every}: the policy reads {k}, which the {sim.get('task')} "
+                             f"simulator does not give in closed loop (it gives {', '.join(keys)})")
 
 # %% ../nbs/05_train.ipynb #f52200bf
 def train_worker(cfg) -> dict:
@@ -703,7 +762,7 @@ def train_worker(cfg) -> dict:
                 val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch
                            and (R.epoch + 1) % T.val_every == 0 and len(R.val_ds) > 0)
                 if R.step % T.log_every == 0 or R.step == R.total or val_due: log_step(R, W, stop, val_due)
-                if T.checkpoint_every and R.step % T.checkpoint_every == 0 and R.step < R.total: _save(R)
+                if R.step < R.total and any(n and R.step % n == 0 for n in (T.checkpoint_every, R.every)): _save(R)
                 if R.step >= R.total or R.step_in_epoch >= R.steps_per_epoch or R.stopping: break
                 t_data = time.perf_counter()
                 beat.phase = "data"
@@ -808,6 +867,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     if info is not None:
         check_store_shapes(cfg, info)
         check_mixture(cfg, info)
+        check_rollouts(cfg, info)
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)

@@ -1,0 +1,81 @@
+"""Success measured while a policy trains (issue 36): `eval.rollout_every` starts the watcher beside the ranks, each
+rollout step's checkpoint is rolled out in the real simulator (gym-aloha, MuJoCo) and its success record lands in
+logs.jsonl and TensorBoard; `dpt rollout RUN --every N` does the same afterwards from saved checkpoints; bad input is
+refused before any episode. Small: a tiny low-dim policy, 2 episodes of 60 steps per rollout."""
+import json, os
+
+import numpy as np
+import pytest
+import zarr
+
+from conftest import dpt
+
+pytest.importorskip("gym_aloha")
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    from dptoolkit.sim import make_demos
+    d = tmp_path_factory.mktemp("demos")
+    return make_demos("transfer_cube", n=3, out=d / "demos.zarr", workers=1, progress=False).info.path
+
+
+TINY = ["task.dataset.obs_keys=[env_state,state]", "training.max_steps=20", "training.log_every=5",
+        "dataloader.batch_size=16", "training.checkpoint_every=0", "eval.rollout_episodes=2", "eval.rollout_seed=500",
+        "eval.rollout_workers=1", "task.dataset.val_ratio=0"]
+
+
+def test_success_records_while_training(demos, tmp_path):
+    from dptoolkit.report import plot_success, read_log, success_time
+    run = tmp_path / "run"
+    r = dpt("train", "--config", "test", "--data", demos, "--out", run, "--no-progress", *TINY,
+            "eval.rollout_every=10", "logging.tensorboard=true", timeout=600, check=0)
+    assert "waiting for the rollouts of step 20" in r.stdout
+    s = read_log(run, "rollout")
+    assert s["step"].tolist() == [10, 20] and (s["episodes"] == 2).all()
+    assert s["seeds"].tolist() == [[500, 501], [500, 501]]
+    assert (s["success_low"] <= s["success"]).all() and (s["success"] <= s["success_high"]).all()
+    assert s["train_s"].is_monotonic_increasing and s["train_s"].iloc[0] > 0
+    assert read_log(run)["step"].tolist() == [5, 10, 15, 20]                 # training records apart
+    res = json.loads((run / "result.json").read_text())
+    assert res["success"] == s["success"].iloc[-1] and res["episodes"] == 2
+    assert len(plot_success(run).axes) == 2 and len(success_time(run, 0.0)) == 3
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("eval/success")] == [10, 20]
+    assert not list((run / "rollouts").glob("step_*")), "snapshots are removed after their rollout"
+
+
+def test_rollouts_after_training_from_saved_checkpoints(demos, tmp_path):
+    from dptoolkit.report import read_log
+    run = tmp_path / "run"
+    dpt("train", "--config", "test", "--data", demos, "--out", run, "--no-progress", *TINY,
+        "training.checkpoint_every=10", "training.keep_checkpoints=5", check=0)
+    r = dpt("rollout", run, "--every", 10, "--episodes", 2, "--seed", 500, "--workers", 1, "--max-steps", 60,
+            timeout=600, check=0)
+    assert "step_000010: success" in r.stdout and "step_000020: success" in r.stdout
+    assert read_log(run, "rollout")["step"].tolist() == [10, 20]
+
+
+def test_refused_before_any_episode(demos, tmp_path):
+    from dptoolkit.store import sample_data, write_store
+    plain = sample_data(tmp_path, tasks=1, episodes=3)[0]
+    r = dpt("train", "--config", "test", "--data", plain, "--out", tmp_path / "r", "eval.rollout_every=5",
+            "--no-progress")
+    assert r.returncode == 1 and "was not made by the simulator (no 'sim' attributes)" in r.stderr
+    assert not (tmp_path / "r").exists()
+    g = zarr.open_group(str(demos), mode="r")               # a store whose policy reads a camera the simulator lacks
+    data = {k: g[f"data/{k}"][:] for k in ("state", "action", "env_state")}
+    data["wrist_camera"] = np.zeros((len(data["state"]), 3, 24, 32), np.uint8)
+    odd = write_store(tmp_path / "odd.zarr", data, g["meta/episode_ends"][:], attrs=dict(g.attrs)).path
+    r = dpt("train", "--config", "test", "--data", odd, "--out", tmp_path / "r2", "eval.rollout_every=5",
+            "task.dataset.obs_keys=[wrist_camera,state]", "--no-progress")
+    assert r.returncode == 1 and "the policy reads wrist_camera, which the transfer_cube simulator does not give" \
+        in r.stderr, r.stderr
+    dpt("train", "--config", "test", "--data", odd, "--out", tmp_path / "r3", "task.dataset.obs_keys=[wrist_camera,state]",
+        "training.max_steps=2", "--no-progress", check=0)
+    r = dpt("rollout", tmp_path / "r3", "--episodes", 1, "--workers", 1)
+    assert r.returncode == 1 and "r3: the policy reads wrist_camera, which the transfer_cube simulator does not give" \
+        in r.stderr and "episode" not in r.stdout
