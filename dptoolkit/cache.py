@@ -136,9 +136,20 @@ def has(self: DecodedCache, keys) -> bool:
     return all(self._valid(k, info) for k in keys)
 
 @patch
+def damaged(self: DecodedCache, keys=None) -> dict:
+    """Cached files whose size is not the size they were built with (truncated, or rewritten by something else):
+    {key: (bytes now, bytes built)}. A run that maps such a file dies of SIGBUS when it reads past the new end."""
+    built = self.manifest().get("keys", {})
+    out = {}
+    for k in (keys if keys is not None else list(built)):
+        want, f = built.get(k, {}).get("file_bytes"), self.file(k)
+        if want is not None and f.exists() and f.stat().st_size != want: out[k] = (f.stat().st_size, want)
+    return out
+
+@patch
 def _valid(self: DecodedCache, key, info) -> bool:
     f = self.file(key)
-    if not f.exists(): return False
+    if not f.exists() or key in self.damaged([key]): return False
     try: m = np.load(f, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError): return False
     a = info.arrays[key]
@@ -171,6 +182,9 @@ def build(self: DecodedCache, keys, progress: bool = True) -> "DecodedCache":
             stale.unlink(missing_ok=True)
         todo = [k for k in keys if not self._valid(k, info)]
         if not todo: return self
+        for k, (now, want) in self.damaged(todo).items():
+            print(f"cache: {self.file(k)} is {now} bytes, it was built with {want} (changed after it was built): "
+                  "rebuilding it", flush=True)
         need = sum(info.arrays[k].nbytes for k in todo)
         free = shutil.disk_usage(self.dir).free
         if need + (16 << 20) > free:
@@ -180,30 +194,37 @@ def build(self: DecodedCache, keys, progress: bool = True) -> "DecodedCache":
                              "task.dataset.storage=chunks")
         from tqdm.auto import tqdm
         bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
-        g = open_store(self.store)
         t0 = time.perf_counter()
-        for k in todo:
-            a = g[f"data/{k}"]
-            row = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
-            rows = max(a.chunks[0], self.block_bytes // row // a.chunks[0] * a.chunks[0])
-            tmp = self.dir / f".{k}.npy.tmp-{os.getpid()}"
-            try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"))
-            except OSError as e:
-                tmp.unlink(missing_ok=True)
-                if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise CacheError(f"{self.dir}: disk full while caching data/{k} of {self.store.name} "
-                                     f"({_fmt_bytes(info.arrays[k].nbytes)} needed for it); free space or point "
-                                     "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
-                raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            os.replace(tmp, self.file(k))
+        self._decode(todo, info, bar)
         bar.close()
         self._write_manifest(info, todo, time.perf_counter() - t0, need)
     finally:
         lock.close()                                         # closing releases the lock
     return self
+
+# %% ../nbs/02b_cache.ipynb #402ffa33
+@patch
+def _decode(self: DecodedCache, todo, info, bar):
+    "Decode each key of `todo` into its `.npy` file: a temp name, renamed when whole; a full disk is named."
+    g = open_store(self.store)
+    for k in todo:
+        a = g[f"data/{k}"]
+        row = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
+        rows = max(a.chunks[0], self.block_bytes // row // a.chunks[0] * a.chunks[0])
+        tmp = self.dir / f".{k}.npy.tmp-{os.getpid()}"
+        try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"))
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise CacheError(f"{self.dir}: disk full while caching data/{k} of {self.store.name} "
+                                 f"({_fmt_bytes(info.arrays[k].nbytes)} needed for it); free space or point "
+                                 "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
+            raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, self.file(k))
+
 
 # %% ../nbs/02b_cache.ipynb #b56edf3d
 @patch
@@ -215,7 +236,8 @@ def _write_manifest(self: DecodedCache, info, built, seconds, nbytes):
     m.setdefault("keys", {})
     for k in built:
         a = info.arrays[k]
-        m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes))
+        m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes),
+                            file_bytes=self.file(k).stat().st_size)
     m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(),
                                            seconds=round(seconds, 3),
                                            mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1),
@@ -236,6 +258,10 @@ def open(self: DecodedCache, key) -> np.memmap:
     f = self.file(key)
     if not f.exists():
         raise CacheError(f"{self.dir}: {key} is not cached; build it (`dpt cache {self.store} --keys {key}`)")
+    bad = self.damaged([key])
+    if bad:
+        raise CacheError(f"{f}: {bad[key][0]} bytes, built with {bad[key][1]}: the cached file changed after it was "
+                         f"built; rebuild it: dpt cache {self.store}")
     return np.load(f, mmap_mode="r", allow_pickle=False)
 
 @patch
@@ -281,7 +307,8 @@ def populate(arrays, background: bool = True) -> threading.Thread | None:
     return th
 
 def cache_list(cache_dir=None) -> pd.DataFrame:
-    "One row per cache entry: store, keys, size on disk, whether the store still matches, last build."
+    """One row per cache entry: store, keys, size on disk, whether the store still matches (`current`), its `state`
+    (current, stale: the store changed, damaged: a cached file changed), last build."""
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     rows = []
     for d in sorted(cache_dir.glob("*-*")) if cache_dir.exists() else []:
@@ -292,9 +319,12 @@ def cache_list(cache_dir=None) -> pd.DataFrame:
         store = m.get("store", "?")
         current = Path(store).exists() and store_identity(store) == m.get("identity")
         last = (m.get("builds") or [{}])[-1]
+        bad = [k for k, v in m.get("keys", {}).items() if v.get("file_bytes") is not None and
+               (not (d / f"{k}.npy").exists() or (d / f"{k}.npy").stat().st_size != v["file_bytes"])]
+        state = f"damaged ({', '.join(bad)})" if bad else "current" if current else "stale"
         rows.append(dict(entry=d.name, store=store, keys=",".join(sorted(m.get("keys", {}))), bytes=size,
-                         size=_fmt_bytes(size), current=current, built=last.get("at", "")))
-    return pd.DataFrame(rows, columns=["entry", "store", "keys", "bytes", "size", "current", "built"])
+                         size=_fmt_bytes(size), current=current and not bad, state=state, built=last.get("at", "")))
+    return pd.DataFrame(rows, columns=["entry", "store", "keys", "bytes", "size", "current", "state", "built"])
 
 # %% ../nbs/02b_cache.ipynb #4a916a91
 def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:

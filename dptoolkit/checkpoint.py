@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 # %% auto #0
 __all__ = ['TrainError', 'write_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'load_weights', 'lock_run', 'run_holder',
-           'unlock_run', 'check_run_dir', 'resume_step', 'check_store_shapes']
+           'unlock_run', 'trim_log', 'check_run_dir', 'resume_step', 'check_store_shapes', 'check_resume_data']
 
 # %% ../nbs/04b_checkpoint.ipynb #afaacdf6
 class TrainError(RuntimeError):
@@ -24,7 +24,7 @@ def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: in
     ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     tmp = ck / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for old in ck.glob(".step_*.tmp"): shutil.rmtree(old, ignore_errors=True)   # this one's, or a killed write's
     try:
         tmp.mkdir()
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
@@ -71,6 +71,11 @@ def latest_checkpoint(run_dir) -> Path:
     if not p.is_dir(): raise TrainError(f"{ck / 'latest'} names {p.name}, which does not exist")
     return p
 
+def _first_words(e, n: int = 160) -> str:
+    "An exception's first line, cut at a word (never mid-word) with an ellipsis when long."
+    s = (str(e).strip().splitlines() or [""])[0]
+    return s if len(s) <= n else s[:n].rsplit(" ", 1)[0] + " …"
+
 def load_checkpoint(path) -> dict:
     "Read a checkpoint folder: {'model', 'ema', 'state'}; `TrainError` naming the file if one is missing or corrupt."
     path = Path(path)
@@ -88,9 +93,10 @@ def load_checkpoint(path) -> dict:
             if fname.endswith("safetensors"): out[key] = load_file(str(f))
             else: out[key] = torch.load(f, weights_only=True, map_location="cpu")
         except Exception as e:
-            raise TrainError(
-                f"{f}: cannot be read ({type(e).__name__}: {str(e)[:200]}); the checkpoint is corrupt"
-            ) from None
+            others = sorted(p.name for p in path.parent.glob("step_*") if p.is_dir() and p != path)
+            raise TrainError(f"{f}: cannot be read ({type(e).__name__}: {_first_words(e)}); the checkpoint is corrupt"
+                             + (f"; the run also keeps {', '.join(others)}: write one of them into "
+                                f"{path.parent / 'latest'} to resume from it" if others else "")) from None
     return out
 
 # %% ../nbs/04b_checkpoint.ipynb #9cc823af
@@ -156,9 +162,28 @@ def unlock_run(run_dir):
     if fd is not None: os.close(fd)
 
 # %% ../nbs/04b_checkpoint.ipynb #c80a5cf6
+def trim_log(rd: Path, step: int | None):
+    """Before a run folder is written again: a resume at `step` keeps the records up to it (the steps after it are
+    trained and logged again, once); a restart (`step` None: no checkpoint was ever written) keeps the old records in
+    `logs.before-restart.jsonl`."""
+    f = Path(rd) / "logs.jsonl"
+    if not f.exists(): return
+    if step is None:
+        os.replace(f, f.with_name("logs.before-restart.jsonl"))
+        return
+    keep = []
+    for line in f.read_text().splitlines():
+        try: rec = json.loads(line)
+        except json.JSONDecodeError: continue            # a torn last line of the killed run
+        if int(rec.get("step", 0)) <= step: keep.append(line)
+    tmp = f.with_name(".logs.jsonl.tmp")
+    tmp.write_text("".join(l + "\n" for l in keep))
+    os.replace(tmp, f)
+
 def check_run_dir(rd: Path, resume):
     """Refuse, before any process starts and without creating anything, a run folder that cannot be written, that
-    another run holds, that holds a run but resume is off, or that has no checkpoint but resume is on."""
+    another run holds, that holds a run but resume is off, or with resume on, holds no run at all. (A run that stopped
+    before its first checkpoint resumes from step 0: `train` says so.)"""
     from dptoolkit.store import existing_parent
     p = existing_parent(rd)
     if not os.access(p, os.W_OK):
@@ -166,7 +191,7 @@ def check_run_dir(rd: Path, resume):
                          "choose a writable folder (logging.run_dir, --out)")
     holder = run_holder(rd)
     if holder: raise _busy(rd, holder)
-    if resume is True: latest_checkpoint(rd)
+    if resume is True and not (rd / "logs.jsonl").exists(): latest_checkpoint(rd)
     elif not resume and (rd / "logs.jsonl").exists():
         raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose "
                          "another folder")
@@ -203,3 +228,20 @@ def check_store_shapes(cfg, info):
     if list(adim) != [cfg.shape_meta.action_dim]:
         raise TrainError(f"{info.path}: data/{cfg.task.dataset.action_key} has shape {list(adim)}, the config expects "
                          f"[{cfg.shape_meta.action_dim}]")
+
+# %% ../nbs/04b_checkpoint.ipynb #f73cd9a4
+def check_resume_data(rd: Path, cfg):
+    "A resume onto data of other shapes than the run was trained on: `TrainError` naming both stores and the shapes."
+    from omegaconf import OmegaConf
+    f, latest = Path(rd) / "config.yaml", Path(rd) / "checkpoints" / "latest"
+    if not (f.exists() and latest.exists()): return
+    old = OmegaConf.load(f)
+    was = dict(old.shape_meta.obs or {}, action=[old.shape_meta.action_dim])
+    now = dict(cfg.shape_meta.obs or {}, action=[cfg.shape_meta.action_dim])
+    was, now = ({k: list(v) for k, v in d.items()} for d in (was, now))
+    if was == now: return
+    diff = [k for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    say = lambda d: ", ".join(f"{k} {d[k]}" if k in d else f"no {k}" for k in diff)
+    raise TrainError(f"{rd}: resume: the run was trained on {old.task.dataset.zarr_path} ({say(was)}); "
+                     f"{cfg.task.dataset.zarr_path} has {say(now)}; resume with --data {old.task.dataset.zarr_path}, "
+                     "or train the new data in a new run folder")

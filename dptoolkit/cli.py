@@ -13,7 +13,7 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 __all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
            'cmd_config', 'count', 'count0', 'hw', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data',
            'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser',
-           'main', 'threading_main']
+           'threading_main', 'main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -39,8 +39,20 @@ def cmd_sample_data(a):
         i = describe(p)
         print(f"{p}: {i.episodes} episodes, {i.steps} steps, keys {', '.join(i.keys)}")
 
+def _leftover(path) -> str | None:
+    "A note when an interrupted merge or conversion into `path` left its hidden temp folder beside it."
+    from dptoolkit.store import temp_sibling
+    tmp = temp_sibling(Path(path).absolute())
+    if not tmp.exists(): return None
+    mb = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) / 1e6
+    return (f"{tmp} ({mb:.1f} MB) was left by a merge or conversion into {Path(path).name} that did not finish; "
+            "running it again replaces it, or remove it (rm -r)")
+
 def cmd_inspect(a):
     from dptoolkit.store import describe, episodes, verify
+    note = _leftover(a.path)
+    if note and not Path(a.path).exists(): raise CLIError(f"{a.path}: no such store; {note}")
+    if note: print(f"note: {note}", file=sys.stderr)
     info = verify(a.path, progress=not a.json) if a.verify else describe(a.path)
     if a.json:
         print(json.dumps(info.to_dict(), indent=1, default=str))
@@ -461,7 +473,7 @@ COMMANDS = {
               _a("--tasks", type=count, default=3, help="stores to write, one per task (default 3)"),
               _a("--episodes", type=count, default=6, help="episodes per store (default 6)"),
               _a("--dim", type=count, default=14, help="state and action dimension: 10, 14 or 16 (default 14)"),
-              _a("--image", action="store_true", help="also a uint8 head_camera array (3×96×128)"),
+              _a("--image", action="store_true", help="also a uint8 head_camera array (3×24×32)"),
               _a("--seed", type=int, default=0, help="random seed (default 0)"),
               _a("--overwrite", action="store_true", help="replace stores that exist")]),
     "inspect": dict(fn=cmd_inspect, help="summarise a store",
@@ -679,6 +691,24 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=c["fn"])
     return p
 
+def _exit_with_parent(pid: int, every: float = 1.0):
+    """A background run (train(wait=False)) stops, with a checkpoint, when the kernel that started it is gone: no
+    orphans."""
+    import threading
+    def watch():
+        while True:
+            time.sleep(every)
+            if os.getppid() != pid:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+    threading.Thread(target=watch, daemon=True, name="dpt-parent-watch").start()
+
+def threading_main():
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+# %% ../nbs/08_cli.ipynb #cbc9461d
 def main(argv=None) -> int:
     "Entry point of `dpt`: returns the exit code (0 ok, 1 runtime error, 2 usage)."
     parser = build_parser()
@@ -688,7 +718,11 @@ def main(argv=None) -> int:
     if os.environ.get("DPT_PARENT_PID"): _exit_with_parent(int(os.environ.pop("DPT_PARENT_PID")))
     try:
         args.fn(args)
+        sys.stdout.flush()
         return 0
+    except BrokenPipeError:               # `dpt inspect S | head`: the reader has gone, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("dpt: interrupted", file=sys.stderr)
         return 130
@@ -705,21 +739,6 @@ def main(argv=None) -> int:
         print(f"dpt: error: {e}", file=sys.stderr)
         return 1
 
-def _exit_with_parent(pid: int, every: float = 1.0):
-    """A background run (train(wait=False)) stops, with a checkpoint, when the kernel that started it is gone: no
-    orphans."""
-    import threading
-    def watch():
-        while True:
-            time.sleep(every)
-            if os.getppid() != pid:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-    threading.Thread(target=watch, daemon=True, name="dpt-parent-watch").start()
-
-def threading_main():
-    import threading
-    return threading.current_thread() is threading.main_thread()
 
 # %% ../nbs/08_cli.ipynb #f14e0cb7
 #| eval: false

@@ -231,8 +231,34 @@ def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
     try: cfg = OmegaConf.create(yaml.safe_load(p.read_text()))
     except yaml.YAMLError as e: raise ConfigError(f"{p}: not valid YAML ({e})") from None
     if not isinstance(cfg, DictConfig): raise ConfigError(f"{p}: a config must be a YAML mapping")
+    if p.parent != config_dir(): cfg = _over_packaged(p, cfg)
     OmegaConf.set_struct(cfg, True)
     return apply_overrides(cfg, overrides)
+
+_OPEN = ("shape_meta.obs", "task.dataset.task_weights", "run")    # sections whose keys are the user's (or the run's)
+_LEGACY = ("task.dataset.in_memory",)                            # keys earlier versions wrote into run folders
+
+def _over_packaged(p: Path, cfg: DictConfig) -> DictConfig:
+    """A YAML file over the packaged config it names (`name:`, else robot_dp_14): its keys must be known there (a
+    misspelt one is named with the file and the nearest key); keys it leaves out come from the packaged config."""
+    name = cfg.get("name")
+    base = OmegaConf.create(yaml.safe_load((config_dir() / f"{name if name in available_configs() else 'robot_dp_14'}"
+                                            ".yaml").read_text()))
+    known = list(_all_keys(base))
+    def walk(d, prefix=""):
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if key in _OPEN or key in _LEGACY: continue
+            if key not in known and not any(key.startswith(o + ".") for o in _OPEN):
+                near = difflib.get_close_matches(key, known, n=1)
+                raise ConfigError(f"{p}: unknown config key {key!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
+            if isinstance(v, DictConfig): walk(v, key + ".")
+    walk(cfg)
+    out = OmegaConf.merge(base, cfg)
+    for key in _OPEN:                 # taken whole from the file, not merged key by key with the packaged example
+        v = OmegaConf.select(cfg, key, default=None)
+        if v is not None: OmegaConf.update(out, key, v, merge=False, force_add=True)
+    return out
 
 # %% ../nbs/02_config.ipynb #b4da213c
 def store_cameras(info) -> dict:

@@ -32,6 +32,9 @@ def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
     from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
     try: cfg = run_config(run_dir)
     except InteropError as e: raise EvalError(str(e)) from None
+    if checkpoint is None and not (Path(run_dir) / "checkpoints" / "latest").exists():
+        raise EvalError(f"{run_dir}: no checkpoint to evaluate yet (checkpoints/latest is missing): the run has not "
+                        "saved one; evaluate it after its first checkpoint (training.checkpoint_every) or when it ends")
     where = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
     ck = load_checkpoint(where)
     use_ema = ema and ck["ema"] is not None

@@ -15,7 +15,7 @@ from .config import DIM_CONFIGS, load_config
 from .normalize import Normalizer
 from .policy import DiffusionPolicy, obs_shapes
 from .store import describe
-from .checkpoint import latest_checkpoint, load_checkpoint, load_weights, write_checkpoint
+from .checkpoint import _tensor_bytes, latest_checkpoint, load_checkpoint, load_weights, write_checkpoint
 
 # %% auto #0
 __all__ = ['ROBOTWIN_CAMERAS', 'InteropError', 'dp_key', 'store_key', 'dp_state_dict', 'from_dp_state_dict', 'dp_config',
@@ -332,9 +332,17 @@ def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) ->
     try:
         torch.save(payload, tmp)
         os.replace(tmp, out)
+    except (OSError, RuntimeError) as e:   # torch's zip writer reports a full disk as a RuntimeError
+        import errno, shutil
+        need, free = _tensor_bytes(sds), shutil.disk_usage(out.parent).free
+        if getattr(e, "errno", None) != errno.ENOSPC and free > need * 1.1: raise
+        raise InteropError(f"{out}: no space left on the disk: the checkpoint needs about {need / 1e6:.0f} MB, "
+                           f"{free / 1e6:.0f} MB are free in {out.parent}; nothing was written") from None
     finally: tmp.unlink(missing_ok=True)
     return out
 
+
+# %% ../nbs/10_interop.ipynb #50473122
 # dill pickles a reference to a built-in type as dill._dill._load_type(name). Real dill (0.3.4 to 0.4.1) names them as
 # Python does: 'dict', 'list', 'int' (what RoboTwin's OmegaConf cfg holds), 'NoneType'; the `types`-style names
 # ('DictType') of older dill are kept too. Only plain data types resolve: never code, functions or `type` itself.
@@ -363,6 +371,7 @@ _ALLOWED = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("_c
             ("builtins", "bytearray"),
             ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "list"), ("builtins", "dict"),
             ("builtins", "tuple")}
+
 
 # %% ../nbs/10_interop.ipynb #79d1ab31
 def _unpickler_module():

@@ -97,6 +97,7 @@ def _watchdog(parent_pid):
 
 # %% ../nbs/06_launch.ipynb #6df39716
 def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)     # the forkserver ignores it (_forkserver); a rank must not
     import dptoolkit.launch as m
     m._CHANNEL = (conn, threading.Lock(), rank)
     stop = _forward_fds(rank) if forward else (lambda: None)
@@ -202,6 +203,18 @@ def _context(start_method):
         ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "dptoolkit.launch"])
         _preloaded.add("forkserver")
     return ctx
+
+# %% ../nbs/06_launch.ipynb #929fa0dc
+def _in_forkserver_preload() -> bool:
+    "True while multiprocessing's forkserver imports this module (its preload list), in no other process."
+    f, here = sys._getframe(), os.path.join("multiprocessing", "forkserver.py")
+    while f is not None:
+        if f.f_code.co_name == "main" and f.f_code.co_filename.endswith(here): return True
+        f = f.f_back
+    return False
+
+if _in_forkserver_preload(): signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
 
 # %% ../nbs/06_launch.ipynb #5d1800b2
 _PHASES = {"start": "starting up", "data": "waiting for its next batch (data loader)",
@@ -476,11 +489,20 @@ def forward(self: _Supervisor, signum, frame):
     if not self.stop_at:
         self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
         print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), "
-              f"waiting up to {self.stop_grace:g} s for them to stop", file=sys.stderr, flush=True)
+              f"waiting up to {self.stop_grace:g} s for them to checkpoint and stop"
+              + (" (Ctrl-C again: stop them at once)" if signum == signal.SIGINT else ""), file=sys.stderr, flush=True)
     for p in self.procs:
         try:
             if p.is_alive(): os.kill(p.pid, signum)
         except (ProcessLookupError, ValueError): pass
+
+@patch
+def interrupt(self: _Supervisor, signum, frame):
+    """Ctrl-C (SIGINT) to the launcher -- a terminal sends it to the ranks too, a notebook's ■ to the kernel alone: the
+    first one is passed on like SIGTERM, so the ranks checkpoint and stop (recorded as SIGINT); a second one stops them
+    at once."""
+    if self.stop_at.get("name") == "SIGINT": raise KeyboardInterrupt
+    self.forward(signum, frame)
 
 @patch
 def run(self: _Supervisor):
@@ -551,6 +573,7 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
     old_handlers, ok = {}, False
     if threading.current_thread() is threading.main_thread():
         for s in (signal.SIGTERM, signal.SIGUSR1): old_handlers[s] = signal.signal(s, sup.forward)
+        old_handlers[signal.SIGINT] = signal.signal(signal.SIGINT, sup.interrupt)
     try:
         for rank in range(nprocs):
             r, w = ctx.Pipe(duplex=False)

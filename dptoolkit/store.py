@@ -289,9 +289,20 @@ def read_chunk_rows(path, key: str, array, start: int, stop: int):
                                  "every damaged chunk") from None
         raise
 
+def _non_finite(g, key, a, coords, blk) -> list:
+    "A chunk's first non-finite value as a damage line: row, episode, column."
+    nf = ~np.isfinite(blk.reshape(len(blk), -1))
+    if not nf.any(): return []
+    r, c = (int(x[0]) for x in np.nonzero(nf))
+    row = coords[0] * a.chunks[0] + r
+    ep = int(np.searchsorted(np.asarray(g["meta/episode_ends"][:]), row, side="right"))
+    return [f"{key} chunk {coords}: {int(nf.sum())} non-finite value(s), the first {blk.reshape(len(blk), -1)[r, c]} "
+            f"at row {row} (episode {ep}, column {c})"]
+
 def verify(path, *, progress: bool = True) -> StoreInfo:
     """Decode every chunk of every array (with a progress bar); `StoreError` listing each missing or damaged chunk: key,
-    chunk file and the codec's complaint. A missing chunk is damage: zarr would silently read it as zeros."""
+    chunk file and the codec's complaint. A missing chunk is damage: zarr would silently read it as zeros; so is a
+    NaN or infinity in a float array of `data/` (named with its row, episode and column)."""
     info = validate(path)
     g, root = open_store(path), Path(path)
     arrays = [(f"{grp}/{k}", a) for grp in ("data", "meta") for k, a in sorted((_arrays(g, grp) or {}).items())]
@@ -305,8 +316,10 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
             if not f.exists():
                 bad.append(f"{key} chunk {coords}: {f} is missing (zarr would read it as {a.fill_value})")
             else:
-                try: a.get_block_selection(coords)
+                try: blk = a.get_block_selection(coords)
                 except Exception as e: bad.append(f"{key} chunk {coords}: {f}: {type(e).__name__}: {str(e)[:160]}")
+                else:
+                    if key.startswith("data/") and a.dtype.kind == "f": bad += _non_finite(g, key, a, coords, blk)
             bar.update(1)
     bar.close()
     if bad: raise StoreError(f"{path}: {len(bad)} damaged chunk(s):\n  " + "\n  ".join(bad))

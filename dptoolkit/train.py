@@ -21,17 +21,19 @@ from .config import ConfigError, plan as make_plan
 from .dataset import (ResumableSampler, SequenceDataset, _identity, check_mixture, prepare_cache, rank_loader,
                                run_storage)
 from .normalize import Normalizer
-from .checkpoint import (TrainError, check_run_dir, check_store_shapes, latest_checkpoint, load_checkpoint,
-                                  load_weights, lock_run, resume_step, unlock_run, write_checkpoint)
+from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes,
+                                  latest_checkpoint, load_checkpoint, load_weights, lock_run, resume_step, trim_log,
+                                  unlock_run, write_checkpoint)
 from .launch import Heartbeat, LaunchError, launch, launched, progress, watch_in_rank
 from .policy import DiffusionPolicy
 from .store import describe
 
 # %% auto #0
-__all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted',
-           'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'Trackers', 'norm_keys', 'restore',
-           'optimizer_step', 'log_step', 'rollout_cores', 'start_rollouts', 'finish_rollouts', 'check_rollouts',
-           'train_worker', 'RunResult', 'BackgroundRun', 'train']
+__all__ = ['ema_decay', 'EMA', 'make_ema', 'cpu_threads', 'reshare_threads', 'register_rank', 'other_ranks', 'fair_threads',
+           'StopSignal', 'strict_json', 'cuda_fast_paths', 'compile_wanted', 'compile_backend', 'CompileCheck',
+           'compile_check', 'compile_checked', 'Trackers', 'norm_keys', 'restore', 'optimizer_step', 'log_step',
+           'rollout_cores', 'start_rollouts', 'finish_rollouts', 'check_rollouts', 'train_worker', 'RunResult',
+           'BackgroundRun', 'train']
 
 # %% ../nbs/05_train.ipynb #5931fab9
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
@@ -136,6 +138,65 @@ def _run_dir(cfg) -> Path:
 def _versions():
     return dict(dptoolkit=__version__, torch=str(torch.__version__), python=platform.python_version(),
                 cuda=torch.version.cuda, host=platform.node())
+
+# %% ../nbs/05_train.ipynb #cb85e568
+def _ranks_dir() -> Path:
+    import tempfile
+    return Path(tempfile.gettempdir()) / "dptoolkit-ranks"
+
+def reshare_threads(R, W):
+    "At a log step of a CPU rank with `cpu_threads: auto`: follow other runs starting or ending (rank-local, no sync)."
+    if R.use_cuda or "OMP_NUM_THREADS" in os.environ: return
+    n, note = fair_threads(R.T, int(os.environ.get("LOCAL_WORLD_SIZE", R.world)), rollout_cores(R.cfg), R.run_dir)
+    if n == torch.get_num_threads(): return
+    torch.set_num_threads(n)
+    register_rank(R.run_dir, n)
+    W.threads = n
+    if R.is_main: print(f"step {R.step}: {note or f'the other run ended: {n} thread(s) per rank'}", flush=True)
+
+def _leave(stop, beat):
+    "The loop's end, also on an error: signal handlers back, heartbeat stopped (the watchdog stands down), registry."
+    stop.restore()
+    beat.close()
+    (_ranks_dir() / str(os.getpid())).unlink(missing_ok=True)   # a rank exits with os._exit: no atexit
+
+def register_rank(run_dir, threads: int):
+    "Record this CPU rank (pid, run, threads) where other runs on the machine see it; removed when the process ends."
+    import atexit
+    d = _ranks_dir()
+    try:
+        d.mkdir(exist_ok=True)
+        f = d / str(os.getpid())
+        f.write_text(json.dumps(dict(pid=os.getpid(), run=str(run_dir), threads=int(threads))))
+        atexit.register(lambda: f.unlink(missing_ok=True))
+    except OSError: pass
+
+def other_ranks(run_dir) -> list:
+    "Live CPU ranks of other runs on this machine (their registry entries; dead ones are removed)."
+    out = []
+    for f in _ranks_dir().glob("*") if _ranks_dir().exists() else []:
+        try: r = json.loads(f.read_text())
+        except (OSError, ValueError): continue
+        try: os.kill(int(r["pid"]), 0)
+        except (ProcessLookupError, ValueError, KeyError):
+            f.unlink(missing_ok=True)
+            continue
+        except PermissionError: pass
+        if r.get("run") != str(run_dir): out.append(r)
+    return out
+
+def fair_threads(T, local_ranks: int, reserve: int, run_dir) -> tuple:
+    """(threads per rank, a note or None): `cpu_threads`, with `auto` sharing the cores with other runs' ranks (unless
+    `$DPT_SHARE_CORES=0`: a fixed count whatever else runs, e.g. for bit-exact comparisons between runs)."""
+    if OmegaConf.select(T, "cpu_threads", default="auto") not in (None, "auto") or \
+            os.environ.get("DPT_SHARE_CORES", "1") == "0":
+        return cpu_threads(T, local_ranks, reserve), None
+    others = other_ranks(run_dir)
+    n = cpu_threads(T, local_ranks + len(others), reserve)
+    if not others: return n, None
+    runs = sorted({o["run"] for o in others})
+    return n, (f"this machine's {_cores()} cores are shared with {len(others)} rank(s) of another run "
+               f"({', '.join(runs)}): {n} thread(s) per rank")
 
 # %% ../nbs/05_train.ipynb #b38a1528
 class StopSignal:
@@ -375,8 +436,11 @@ def _rank_setup(cfg) -> _Run:
         backend = cfg.ddp.backend if cfg.ddp.backend != "auto" else ("nccl" if use_cuda else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp.timeout_s),
                                 device_id=device if use_cuda else None)
+    share = None
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:   # CPU ranks share the cores: don't oversubscribe
-        torch.set_num_threads(cpu_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world)), rollout_cores(cfg)))
+        n, share = fair_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world)), rollout_cores(cfg), _run_dir(cfg))
+        torch.set_num_threads(n)
+        register_rank(_run_dir(cfg), n)
     torch.manual_seed(T.seed + rank)
     np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
@@ -386,7 +450,7 @@ def _rank_setup(cfg) -> _Run:
     # every: eval.rollout_every
     return _Run(cfg=cfg, T=T, rank=rank, world=world, is_main=rank == 0, device=device, use_cuda=use_cuda,
                 distributed=distributed, p=make_plan(cfg, world), run_dir=_run_dir(cfg), step=0, epoch=0, skip_steps=0,
-                gref=None, stopping=None, train_s0=0.0, rollouts=None,
+                gref=None, stopping=None, train_s0=0.0, rollouts=None, share=share,
                 every=OmegaConf.select(cfg, "eval.rollout_every", default=None))
 
 # %% ../nbs/05_train.ipynb #e2d82e66
@@ -488,9 +552,13 @@ def _open_run(R, resume):
     R.log_f = R.trackers = None
     if R.is_main:
         rd, p, ds = R.run_dir, R.p, R.ds
-        if rd.exists() and (rd / "logs.jsonl").exists() and not resume and R.T.resume != "auto":
+        if rd.exists() and (rd / "logs.jsonl").exists() and not R.T.resume:
             raise TrainError(f"{rd}: already holds a run (logs.jsonl); pass resume (--resume) to continue it or choose "
                              "another folder")
+        if R.T.resume and not resume and (rd / "logs.jsonl").exists():
+            print(f"resume: {rd} has no checkpoint (its run stopped before the first one): starting from step 0; "
+                  "its records are kept in logs.before-restart.jsonl", flush=True)
+        trim_log(rd, R.step if resume else None)
         rd.mkdir(parents=True, exist_ok=True)
         (rd / "STOP").unlink(missing_ok=True)   # a stop request is for the run that was going when it was made
         backend = dist.get_backend() if R.distributed else None
@@ -514,7 +582,7 @@ def _open_run(R, resume):
               + (" (mixture " + ", ".join(f"{t} {s:.0%}" for t, s in R.mixture.items()) + ")" if R.mixture else "")
               + f", data {ds.storage}" + (f" ({ds.cache.dir})" if ds.cache is not None else "")
               + (f" ({ds.note})" if ds.note else "")
-              + f", {R.steps_per_epoch} steps/epoch | run {rd}", flush=True)
+              + f", {R.steps_per_epoch} steps/epoch | run {rd}" + (f" | {R.share}" if R.share else ""), flush=True)
     R.rollouts = start_rollouts(R)     # rank 0, eval.rollout_every: the watcher beside the ranks
     if R.distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
@@ -634,6 +702,7 @@ def log_step(R, W, stop, val_due):
     if w[4] > 0:   # every rank agrees on this step
         R.stopping = stop.received or (R.is_main and _stop_request(R.run_dir)) or "a stop request on another rank"
     R.last_log = rec
+    reshare_threads(R, W)
     W.reset()
 
 # %% ../nbs/05_train.ipynb #44e53844
@@ -721,13 +790,13 @@ def train_worker(cfg) -> dict:
     T, p = R.T, R.p
     _build(R)
     resume_step(R.run_dir, T.resume, T.max_steps)   # under torchrun / Slurm this is the first place to refuse it
-    if R.is_main: lock_run(R.run_dir)               # a second run into this folder is refused until this one ends
-    resume = (R.run_dir / "checkpoints" / "latest").exists() if T.resume == "auto" else bool(T.resume)
+    if R.is_main and os.environ.get("DPT_RUN_LOCKED") != str(R.run_dir.absolute()): lock_run(R.run_dir)   # torchrun
+    resume = bool(T.resume) and (R.run_dir / "checkpoints" / "latest").exists()   # auto, or resume with a checkpoint
     if resume: restore(R)
     _wrap(R)
     _open_run(R, resume)
     R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # step and phase for the watchdog
-    stop = StopSignal(T.stop_signals)                # SIGTERM / SIGUSR1 → checkpoint and leave at the next log step
+    stop = StopSignal([*T.stop_signals, "SIGINT"])   # SIGTERM / SIGUSR1 / Ctrl-C → checkpoint, leave at a log step
     try:
         W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
         net, model, gen, scaler, device = R.net, R.model, R.gen, R.scaler, R.device
@@ -771,8 +840,7 @@ def train_worker(cfg) -> dict:
                 R.step_in_epoch = 0
         _save(R)
     finally:   # also on an error: no heartbeat thread may outlive the process group
-        stop.restore()
-        beat.close()   # phase "end": the watchdog stands down while rank 0 finishes alone
+        _leave(stop, beat)
     return _finish(R, W)
 
 # %% ../nbs/05_train.ipynb #b430eeb9
@@ -870,6 +938,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
         check_rollouts(cfg, info)
     with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
+    if cfg.training.resume: check_resume_data(rd, cfg)
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
     if at is not None and at == cfg.training.max_steps and (rd / "result.json").exists():   # resume=auto, nothing left
         print(
@@ -887,8 +956,30 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
         D = cfg.task.dataset
         Normalizer.from_store(D.zarr_path, norm_keys(cfg, info), cache_dir=D.get("cache_dir"))
     from dptoolkit.train import train_worker as body   # the library's copy, importable in every rank
-    metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
-                     backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,
-                     stop_grace=float(cfg.training.stop_grace_s),
-                     stall_timeout=OmegaConf.select(cfg, "training.stall_timeout_s", default="auto"), **launch_kw)
+    lock_run(rd)   # this process holds the folder: a second run started at the same moment is refused here
+    env = {**(launch_kw.pop("env", None) or {}), "DPT_RUN_LOCKED": str(rd.absolute())}
+    try:
+        metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
+                         backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,
+                         stop_grace=float(cfg.training.stop_grace_s), env=env,
+                         stall_timeout=OmegaConf.select(cfg, "training.stall_timeout_s", default="auto"), **launch_kw)
+    except LaunchError as e:
+        if "SIGBUS" in str(getattr(e, "cause", "") or ""): _bus_error(cfg, e)
+        raise
+    finally: unlock_run(rd)
     return RunResult(rd, metrics)
+
+# %% ../nbs/05_train.ipynb #00400eb1
+def _bus_error(cfg, e):
+    "Name the decoded-cache file that changed under a rank killed by SIGBUS (`TrainError`), when one did."
+    from dptoolkit.cache import DecodedCache
+    D = cfg.task.dataset
+    if not D.zarr_path: return
+    c = DecodedCache(D.zarr_path, D.get("cache_dir"))
+    bad = c.damaged()
+    if not bad: return
+    k, (now, was) = next(iter(bad.items()))
+    raise TrainError(f"rank {e.rank} died of SIGBUS reading {c.file(k)}: it is {now} bytes, the cache built it with "
+                     f"{was} (it was truncated or rewritten while the run mapped it); the next run rebuilds it "
+                     f"(dpt cache {D.zarr_path}" + (f" --cache-dir {D.cache_dir}" if D.get("cache_dir") else "")
+                     + "), then resume: dpt train ... --resume") from None

@@ -11,6 +11,9 @@ from dptoolkit.merge import merge
 ROOT = Path(__file__).resolve().parent.parent
 # the decoded cache of every store a test opens with storage mmap: a folder of this test session, not ~/.cache
 os.environ.setdefault("DPT_CACHE_DIR", tempfile.mkdtemp(prefix="dpt-test-cache-"))
+# test files run two at a time: runs compared bit for bit keep their thread count whatever the other file trains
+# (the bad-input row L4 turns the sharing of cores on for its two runs)
+os.environ.setdefault("DPT_SHARE_CORES", "0")
 
 
 def pytest_configure(config):

@@ -466,6 +466,176 @@ def _(tmp, store):
     raises(ConfigError, "task.dataset.storage='ram': expected one of auto, mmap, memory, chunks, device", load_config, "test", ["task.dataset.storage=ram"])
 
 
+# issue 39: accidents a new user met; each ends in one line naming the cause, and a suggested command is run here
+def _start(args, env=None):
+    return subprocess.Popen(["dpt", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, **(env or {})})
+
+def _wait_for(pred, proc, limit=120):
+    t0 = time.time()
+    while not pred():
+        assert proc.poll() is None and time.time() - t0 < limit, proc.communicate()[0][-3000:]
+        time.sleep(0.05)
+
+def _logged(rd, n):
+    try: return sum(1 for _ in open(rd / "logs.jsonl")) >= n
+    except OSError: return False
+
+LONG = ["--no-progress", "training.max_steps=100000", "training.log_every=5", "training.checkpoint_every=100000"]
+
+@row("T12", "train", "a run killed (SIGKILL) before its first checkpoint, then `--resume`", "resume: … has no checkpoint (its run stopped before the first one): starting from step 0")
+def _(tmp, store):
+    import signal
+    rd = tmp / "r"
+    p = _start(["train", "--config", "test", "--data", store, "--out", rd, *LONG])
+    _wait_for(lambda: _logged(rd, 3), p)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    assert not (rd / "checkpoints").exists()
+    r = dpt("train", "--config", "test", "--data", store, "--out", rd, "--resume", "--no-progress", "training.max_steps=10",
+            "training.log_every=5", check=0)                       # the command both messages name works
+    assert "has no checkpoint (its run stopped before the first one): starting from step 0" in r.stdout
+    assert read_log(rd).step.tolist() == [5, 10] and (rd / "logs.before-restart.jsonl").exists()
+
+@row("T13", "train", "Ctrl-C in a terminal (SIGINT to the whole process group) while it trains", "stopped by SIGINT at step …: checkpoint …/step_…; resume with training.resume=auto (dpt train --resume)", "a checkpoint at the stop step; the run resumes from it")
+def _(tmp, store):
+    import signal
+    rd = tmp / "r"
+    p = _start(["train", "--config", "test", "--data", store, "--out", rd, *LONG])
+    _wait_for(lambda: _logged(rd, 3), p)
+    os.killpg(p.pid, signal.SIGINT)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0 and "stopped by SIGINT at step" in out, out[-2000:]
+    at = int((rd / "checkpoints/latest").read_text().split("_")[1])
+    assert json.loads((rd / "result.json").read_text())["stopped_by"] == "SIGINT"
+    r = dpt("train", "--config", "test", "--data", store, "--out", rd, "--resume", "--no-progress",
+            f"training.max_steps={at + 5}", "training.log_every=5", check=0)
+    assert read_log(rd).step.iloc[-1] == at + 5
+
+@row("T14", "train", "`--resume` with `--data` of another dimension (16 for a 14-dim run)", "resume: the run was trained on … (action [14], state [14]); … has action [16], state [16]; resume with --data …", "the old run, untouched")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r"); before = files(rd)
+    other = sample_data(tmp / "d16", tasks=1, episodes=3, dim=16)[0]
+    _cli("train", "--data", other, "--out", rd, "--resume", "--nprocs", 1, "training.device=cpu",
+         says="(action [14], state [14]); " + str(other) + " has action [16], state [16]; resume with --data")
+    assert files(rd) == before
+
+@row("T15", "train", "a checkpoint write killed half-way (`.step_N.tmp` left), then resume", "(works: the next checkpoint removes the leftover; the steps replayed after the resume are logged once)")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r")
+    (rd / "checkpoints/.step_000005.tmp").mkdir()
+    with open(rd / "logs.jsonl", "a") as f: f.write(json.dumps(dict(step=5, loss=1.0)) + "\n")   # logged, not saved
+    train(finished[1], nprocs=1, run_dir=rd, resume=True, progress=False,
+          overrides=["training.max_steps=6", "training.log_every=1", "training.device=cpu"])
+    steps = [json.loads(l)["step"] for l in open(rd / "logs.jsonl")]
+    assert steps.count(5) == 1 and not list((rd / "checkpoints").glob(".step_*.tmp"))
+
+@row("T16", "train", "two runs started at the same moment into one `--out`", "dpt: error: …: another run is training into this folder now (pid … on …) — said by the launching process, before any rank starts", "the first run, which goes on")
+def _(tmp, store):
+    rd = tmp / "r"
+    a, b = (_start(["train", "--config", "test", "--data", store, "--out", rd, "--no-progress", "training.max_steps=40"])
+            for _ in range(2))
+    outs = [x.communicate(timeout=180)[0] for x in (a, b)]
+    codes = sorted(x.returncode for x in (a, b))
+    refused = [o for o in outs if "another run is training into this folder now" in o]
+    assert codes == [0, 1] and len(refused) == 1 and "[rank" not in refused[0], outs
+
+@row("T17", "train", "a truncated checkpoint file; the message and the way out", "model.safetensors: cannot be read (…); the checkpoint is corrupt; the run also keeps step_000002: write one of them into …/latest to resume from it")
+def _(tmp, finished):
+    rd = _copy(finished[0], tmp / "r")
+    f = latest_checkpoint(rd) / "model.safetensors"; f.write_bytes(f.read_bytes()[:100])
+    msg = raises(TrainError, "the run also keeps step_000002: write one of them into", load_checkpoint, latest_checkpoint(rd))
+    inner = msg[msg.index("cannot be read (") + 16:msg.index("); the checkpoint")]
+    assert inner.endswith(("…", ")")) or " " not in inner[-3:], inner            # never cut mid-word
+    (rd / "checkpoints/latest").write_text("step_000002")                      # the way out it names
+    train(finished[1], nprocs=1, run_dir=rd, resume=True, progress=False, overrides=["training.max_steps=3", "training.device=cpu"])
+    assert read_log(rd).step.iloc[-1] == 3
+
+@row("D5", "data", "a decoded-cache file truncated under a running run (`storage: mmap`)", "rank 0 died of SIGBUS reading …/head_camera.npy: it is … bytes, the cache built it with … (dpt cache …)", "`dpt cache --list` says 'damaged (head_camera)'; `dpt cache STORE` rebuilds it and says so")
+def _(tmp, camstore):
+    rd, c = tmp / "r", tmp / "c"
+    p = _start(["train", "--config", "test", "--data", camstore, "--out", rd, *LONG, "task.dataset.storage=mmap",
+                f"task.dataset.cache_dir={c}", "task.dataset.obs_keys=[head_camera,state]"])
+    _wait_for(lambda: _logged(rd, 2), p)
+    f = next(c.glob("*/head_camera.npy"))
+    os.truncate(f, 4096)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 1 and f"rank 0 died of SIGBUS reading {f}: it is 4096 bytes" in out, out[-2000:]
+    assert "damaged (head_camera)" in dpt("cache", "--list", "--cache-dir", c, check=0).stdout
+    r = dpt("cache", camstore, "--cache-dir", c, "--no-progress", check=0)        # the command the line names
+    assert "rebuilding it" in r.stdout and "current" in dpt("cache", "--list", "--cache-dir", c, check=0).stdout
+
+@row("X7", "CLI", "`dpt export` to a full disk (tmpfs 64 KB)", "dpt: error: …/m.ckpt: no space left on the disk: the checkpoint needs about … MB, … MB are free in …; nothing was written")
+def _(tmp, finished):
+    with tmpfs(tmp / "small", "64k") as d:
+        _cli("export", finished[0], "-o", d / "m.ckpt", says="m.ckpt: no space left on the disk: the checkpoint needs about")
+        assert files(d) == []
+
+@row("C12", "config", "a misspelt key in a YAML config file (`--config my.yaml` with `trainig:`)", "dpt: error: …/my.yaml: unknown config key 'trainig'; did you mean 'training'?")
+def _(tmp, store):
+    (tmp / "my.yaml").write_text("name: test\ntrainig:\n  max_steps: 3\n")
+    _cli("train", "--config", tmp / "my.yaml", "--data", store, "--out", tmp / "r",
+         says="my.yaml: unknown config key 'trainig'; did you mean 'training'?")
+    (tmp / "my.yaml").write_text("name: test\ntraining:\n  max_steps: 3\n")                 # the fix: the file's own keys
+    dpt("train", "--config", tmp / "my.yaml", "--data", store, "--out", tmp / "r", "--no-progress", check=0)
+
+@row("S13", "store", "NaN inside data/action; `dpt inspect --verify`", "data/action chunk (…): 1 non-finite value(s), the first nan at row 45 (episode 2, column 1)")
+def _(tmp):
+    p = _store(tmp, "nan.zarr")
+    a = zarr.open_array(str(p / "data/action"), mode="r+"); a[45, 1] = np.nan
+    r = dpt("inspect", p, "--verify")
+    assert r.returncode == 1 and "1 non-finite value(s), the first nan at row 45 (episode 2, column 1)" in r.stderr, r.stderr
+
+@row("S14", "store", "a merge killed half-way, then `dpt inspect` of its destination", "…/.ab.zarr.dpt-tmp (… MB) was left by a merge or conversion into ab.zarr that did not finish; running it again replaces it")
+def _(tmp):
+    (tmp / ".ab.zarr.dpt-tmp" / "data").mkdir(parents=True)
+    r = dpt("inspect", tmp / "ab.zarr")
+    assert r.returncode == 1 and "was left by a merge or conversion into ab.zarr that did not finish" in r.stderr
+
+@row("X8", "CLI", "`dpt inspect STORE | head` (the reader goes away)", "(no error: exit 141, nothing on stderr)")
+def _(tmp, store):
+    r = subprocess.run(f"dpt inspect {store} | head -1", shell=True, capture_output=True, text=True, executable="/bin/bash")
+    assert r.stdout.count("\n") == 1 and "BrokenPipeError" not in r.stderr and r.stderr == ""
+
+@row("X9", "CLI", "`dpt eval` on a run without a checkpoint", "dpt: error: …: no checkpoint to evaluate yet (checkpoints/latest is missing)")
+def _(tmp, finished):
+    rd = tmp / "r"; rd.mkdir(); (rd / "config.yaml").write_text((finished[0] / "config.yaml").read_text())
+    _cli("eval", rd, says="no checkpoint to evaluate yet (checkpoints/latest is missing)")
+
+@row("X10", "CLI", "`dpt sample-data --image`: what the help says", "(fixed: the help says 3×24×32, as written)")
+def _(tmp):
+    assert "(3×24×32)" in dpt("sample-data", "--help", check=0).stdout
+    dpt("sample-data", tmp, "--tasks", 1, "--episodes", 2, "--image", check=0)
+    assert zarr.open_group(str(next(tmp.glob("*.zarr"))), mode="r")["data/head_camera"].shape[1:] == (3, 24, 32)
+
+@row("L5", "launch", "SIGTERM to the whole process group (`scancel`, `timeout`, a container stop)", "stopped by SIGTERM at step …: checkpoint …/step_…; resume with training.resume=auto (dpt train --resume) — exit 0 (it was 'rank 0 died (exit code 255)')", "a checkpoint at the stop step")
+def _(tmp, store):
+    import signal
+    rd = tmp / "r"
+    p = _start(["train", "--config", "test", "--data", store, "--out", rd, *LONG])
+    _wait_for(lambda: _logged(rd, 2), p)
+    os.killpg(p.pid, signal.SIGTERM)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 0 and "stopped by SIGTERM at step" in out and "exit code 255" not in out, out[-2000:]
+    assert (rd / "checkpoints/latest").exists()
+
+@row("L4", "launch", "a second CPU run started while one of ours already uses the cores", "this machine's … cores are shared with 1 rank(s) of another run (…): 1 thread(s) per rank — in both runs' output", "both runs, each at its share")
+def _(tmp, store):
+    import signal
+    share = {"DPT_SHARE_CORES": "1"}      # on, as for a user (the suite keeps it off); other test files may train too
+    a = _start(["train", "--config", "test", "--data", store, "--out", tmp / "a", *LONG[:-3], "training.max_steps=100000",
+                "training.log_every=2", "training.checkpoint_every=100000"], env=share)
+    b = None
+    try:
+        _wait_for(lambda: _logged(tmp / "a", 2), a)
+        b = _start(["train", "--config", "test", "--data", store, "--out", tmp / "b", *LONG], env=share)
+        _wait_for(lambda: any(json.loads(l).get("threads") == 1 for l in open(tmp / "a" / "logs.jsonl")), a, limit=300)
+    finally:
+        for p in (b, a):
+            if p is not None: os.killpg(p.pid, signal.SIGTERM)
+        outs = [p.communicate(timeout=120)[0] if p is not None else "" for p in (a, b)]
+    assert "cores are shared with" in outs[0] and str(tmp / "b") in outs[0], outs[0][-2000:]
+    assert "cores are shared with" in outs[1] and str(tmp / "a") in outs[1] and "1 thread(s) per rank" in outs[1]
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
