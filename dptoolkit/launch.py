@@ -117,6 +117,9 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
         dist.destroy_process_group()
         blob = cloudpickle.dumps(result) if rank == 0 else None
     except BaseException as e:
+        # a notebook's ■ reaches a rank twice (the kernel's process group, then the launcher): the second must not
+        # cut this report short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         tb = traceback.format_exc()
         stop()
         # our one-line errors
@@ -520,7 +523,13 @@ def run(self: _Supervisor):
                 except (EOFError, OSError): self.conns.pop(obj, None)
             elif obj in self.sentinels: self.exited(self.sentinels.pop(obj))
             if self.failure is not None: break
-    if self.failure is not None: raise self.failure
+    if self.failure is not None:
+        # a Ctrl-C that the ranks' own code does not handle (a plain function, not training) ends as Python's own
+        # KeyboardInterrupt, as any interrupted cell or command does
+        if self.stop_at.get("name") == "SIGINT" and str(self.failure.cause).startswith(("KeyboardInterrupt",
+                                                                                         "killed by SIGINT")):
+            raise KeyboardInterrupt
+        raise self.failure
     return self.result
 
 @patch

@@ -621,7 +621,8 @@ def _(tmp, store):
 @row("L4", "launch", "a second CPU run started while one of ours already uses the cores", "this machine's … cores are shared with 1 rank(s) of another run (…): 1 thread(s) per rank — in both runs' output", "both runs, each at its share")
 def _(tmp, store):
     import signal
-    share = {"DPT_SHARE_CORES": "1"}      # on, as for a user (the suite keeps it off); other test files may train too
+    # on, as for a user (the suite keeps it off); a registry of this test's own: other test files train at the same time
+    share = {"DPT_SHARE_CORES": "1", "TMPDIR": str(tmp)}
     a = _start(["train", "--config", "test", "--data", store, "--out", tmp / "a", *LONG[:-3], "training.max_steps=100000",
                 "training.log_every=2", "training.checkpoint_every=100000"], env=share)
     b = None

@@ -124,6 +124,10 @@ def test_checkpoint_for_other_data_is_refused(tmp_path):
     train(cfg, nprocs=1, run_dir=tmp_path / "run", progress=False)
     other = sample_data(tmp_path / "b", tasks=1, episodes=3, dim=16, image=True)[0]
     cfg2 = for_store(other, ["training.max_steps=2", "dataloader.batch_size=4"], name="test")
+    with pytest.raises(Exception, match=r"resume: the run was trained on .*a/beat_block_hammer\.zarr \(action \[14\], state \[14\]\); "
+                                        r".*b/beat_block_hammer\.zarr has action \[16\], state \[16\]; resume with --data"):
+        train(cfg2, nprocs=1, run_dir=tmp_path / "run", resume=True, progress=False)
+    (tmp_path / "run" / "config.yaml").unlink()     # a folder without its config: the checkpoint's own shapes still refuse
     with pytest.raises(Exception, match=r"model\.safetensors: model\.mid_modules\.0\.cond_encoder\.1\.weight has shape \[128, 122\], "
                                         r"this model expects \[128, 128\]"):
         train(cfg2, nprocs=1, run_dir=tmp_path / "run", resume=True, progress=False)

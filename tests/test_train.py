@@ -87,8 +87,9 @@ def _cfg(store, **kw):
 def test_run_folder_written_by_rank0_only(merged, tmp_path):
     res = train(_cfg(merged), nprocs=2, run_dir=tmp_path / "run", progress=False)
     files = sorted(str(p.relative_to(tmp_path / "run")) for p in (tmp_path / "run").rglob("*") if p.is_file())
-    assert files == [".lock", "checkpoints/latest", *[f"checkpoints/step_0000{s}/{f}" for s in (10, 20)
-                     for f in ("ema.safetensors", "model.safetensors", "state.pt")], "config.yaml", "logs.jsonl", "result.json"]
+    kept = ("ema.safetensors", "info.json", "model.safetensors", "state.pt")
+    assert files == [".lock", "checkpoints/latest", *[f"checkpoints/step_0000{s}/{f}" for s in (10, 20) for f in kept],
+                     "config.yaml", "logs.jsonl", "result.json"]
     lines = (tmp_path / "run" / "logs.jsonl").read_text().splitlines()
     assert [json.loads(l)["step"] for l in lines] == [5, 10, 15, 20]     # one writer: no duplicated lines
     assert res.metrics["world_size"] == 2 and "world_size: 2" in (tmp_path / "run" / "config.yaml").read_text()
