@@ -1,6 +1,6 @@
 """Checkpoints cross between dptoolkit and RoboTwin's own, unmodified code, both ways (issue 35).
 
-    python bench/robotwin.py --robotwin ROBOTWIN --python SIDE_PYTHON [--dim 14|16] [--work DIR]
+    python bench/robotwin.py --robotwin ROBOTWIN --python SIDE_PYTHON [--dim 14|16] [--cameras head,left,right] [--work DIR]
 
 ROBOTWIN is a checkout of RoboTwin 2.0 (`git clone -b stable_2.0 https://github.com/RoboTwin-Platform/RoboTwin`);
 SIDE_PYTHON the interpreter of a virtualenv *without* dptoolkit holding their dependencies, e.g.
@@ -24,6 +24,11 @@ The steps, each with their real code on one side:
  9. their deploy on their checkpoint vs our imported run;  10. `dpt train --resume` continues at their step;
  11. their `train.py` with `training.resume=True` from our export at `<their run dir>/checkpoints/latest.ckpt`.
 Prints a table and writes WORK/robotwin-<dim>.json.
+
+With several cameras (`--cameras head,left,right`) step 2 is `dpt convert` on their raw episodes (their
+process_data.py and their RobotImageDataset keep head_camera only, so their train.py cannot train on other cameras):
+steps 3-5 run with every named camera -- their deploy_policy.encode_obs hands head_cam, left_cam and right_cam to the
+policy their get_policy builds from our export's cfg -- and steps 6-11 are left out (recorded as such).
 """
 import argparse, json, os, shutil, subprocess, sys, textwrap, time
 from pathlib import Path
@@ -134,9 +139,13 @@ def main(argv=None):
     ap.add_argument("--dim", type=int, default=14, choices=[14, 16])
     ap.add_argument("--episodes", type=int, default=4)
     ap.add_argument("--steps", type=int, default=30, help="steps per raw episode")
+    ap.add_argument("--cameras", default="head", help="comma-separated: head (their whole pipeline) or several "
+                    "of head,left,right (their deploy only)")
     ap.add_argument("--work", default="bench/out/robotwin")
     a = ap.parse_args(argv)
-    work = Path(a.work).absolute() / f"dim{a.dim}"
+    cams = a.cameras.split(",")
+    tag = f"{a.dim}" + ("" if cams == ["head"] else "-" + "-".join(cams))
+    work = Path(a.work).absolute() / f"dim{tag}"
     shutil.rmtree(work, ignore_errors=True)
     RT = work / "RoboTwin"
     for part in ("policy/DP", "task_config", "envs/utils/pkl2hdf5.py", "envs/utils/images_to_video.py",
@@ -154,16 +163,24 @@ def main(argv=None):
     # 1-2: raw episodes by their writer, a store by their process_data.py
     sh([py, Path(__file__).with_name("robotwin_raw.py"), RT, TASK, setting, a.episodes, a.steps, "--arms",
         f"{ldim},{rdim}"])
-    _, fig["process_data_s"] = sh([py, "process_data.py", TASK, setting, a.episodes], cwd=DP, log=work / "process.log")
-    store = DP / f"data/{TASK}-{setting}-{a.episodes}.zarr"
-    print(f"their process_data.py: {store.name} in {fig['process_data_s']:.1f} s")
+    if cams == ["head"]:
+        _, fig["process_data_s"] = sh([py, "process_data.py", TASK, setting, a.episodes], cwd=DP,
+                                      log=work / "process.log")
+        store = DP / f"data/{TASK}-{setting}-{a.episodes}.zarr"
+        print(f"their process_data.py: {store.name} in {fig['process_data_s']:.1f} s")
+    else:
+        store = work / f"{TASK}-{'-'.join(cams)}.zarr"
+        _, fig["dpt_convert_s"] = dpt("convert", RT / "data" / TASK, "-o", store, "--cameras",
+                                      ",".join(f"{c}_camera" for c in cams), "--no-progress", log=work / "convert.log")
+        print(f"dpt convert (their raw episodes, cameras {cams}): {store.name} in {fig['dpt_convert_s']:.1f} s")
+    keys = [f"{c}_camera" for c in cams] + ["state"]
 
     # 3-4: dpt train on their store, dpt export to where their get_model looks
     ours = work / "ours"
     _, fig["dpt_train_s"] = dpt("train", "--data", store, "--out", ours, "--nprocs", "1", "--no-progress",
                                 "training.max_steps=4", "dataloader.batch_size=2", "training.lr_warmup_steps=2",
                                 "training.device=cpu", "training.checkpoint_every=0", "training.log_every=1",
-                                log=work / "dpt-train.log")
+                                f"task.dataset.obs_keys=[{','.join(keys)}]", log=work / "dpt-train.log")
     ckdir = DP / f"checkpoints/{TASK}-ours-{a.episodes}-{SEED}"
     r, _ = dpt("export", ours, "-o", ckdir / "600.ckpt", "--task-name", TASK)
     print(r.stdout.strip())
@@ -172,9 +189,15 @@ def main(argv=None):
     r, fig["their_deploy_s"] = sh([py, work / "side/deploy.py", RT, work / "deploy-ours.npz", "ours", a.episodes, SEED,
                                    ldim, rdim, 3, a.episodes - 1, TASK, setting], cwd=RT, log=work / "deploy-ours.log")
     print("their deploy on our export:", r.stdout.strip().splitlines()[-1])
-    fig["deploy_ours_max_diff"], fig["deploy_calls"], scale = compare(ours, work / "deploy-ours.npz", ["head"])
+    fig["deploy_ours_max_diff"], fig["deploy_calls"], scale = compare(ours, work / "deploy-ours.npz", cams)
     print(f"  their actions vs ours, same windows and seeds: max |diff| {fig['deploy_ours_max_diff']:.3g} "
           f"over {fig['deploy_calls']} chunks (actions up to {scale:.2f})")
+    if cams != ["head"]:
+        fig["their_train"] = "not run: their RobotImageDataset reads head_camera only"
+        fig["total_s"] = round(time.time() - t0, 1)
+        (work.parent / f"robotwin-{tag}.json").write_text(json.dumps(fig, indent=1))
+        print(json.dumps(fig, indent=1))
+        return
 
     # 6-9: their train.py writes a checkpoint; dpt import (no dill), dpt eval, their deploy vs our imported run
     theirs = work / "their_run"
@@ -221,7 +244,7 @@ def main(argv=None):
     print(f"their train.py resumed from our export: '{fig['their_resume_said'].strip()}', first logged global_step "
           f"{logs[0]['global_step']}, epoch {logs[0]['epoch']}, losses finite: {fig['their_resume_loss_finite']}")
     fig["total_s"] = round(time.time() - t0, 1)
-    (work.parent / f"robotwin-{a.dim}.json").write_text(json.dumps(fig, indent=1))
+    (work.parent / f"robotwin-{tag}.json").write_text(json.dumps(fig, indent=1))
     print(json.dumps(fig, indent=1))
 
 

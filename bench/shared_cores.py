@@ -2,7 +2,7 @@
 between the runs' ranks (the default, `cpu_threads: auto`) and without (`DPT_SHARE_CORES=0`: each run keeps the
 threads it would have alone, as before). Prints each run's steady samples/s and the total against the run alone.
 
-    python bench/concurrent.py [--steps 300] [--repeats 2]
+    python bench/shared_cores.py [--steps 300] [--repeats 2]
 """
 import argparse, json, os, subprocess, tempfile, time
 from pathlib import Path
