@@ -4,7 +4,7 @@
 
 # %% ../nbs/01b_convert.ipynb #087b2ca3
 from __future__ import annotations
-import io, json, os, re
+import errno, io, json, os, re, shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,11 +13,12 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
-from .store import StoreInfo, atomic_dir, create_array, describe, open_store, validate
+from .store import (StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store,
+                             validate)
 
 
 # %% auto #0
-__all__ = ['ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
+__all__ = ['FRAME_CODEC', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
            'from_robotwin', 'lerobot_meta', 'from_lerobot', 'vector_stats', 'ImageStats', 'encode_camera', 'to_lerobot',
            'convert']
 
@@ -187,6 +188,11 @@ class _Camera:
     reader: object
     part: object
 
+def _free(dest) -> str:
+    return _fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)
+
+FRAME_CODEC = dict(cname="zstd", clevel=1, shuffle=0)   # Blosc: camera frames (level 3 costs 8× the time for 1 %)
+
 def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attrs: dict, *, workers=None,
                  chunk_steps=100, overwrite=False, progress=True) -> StoreInfo:
     "Write a converted store atomically: low-dim arrays from memory, each camera chunk by chunk in the workers."
@@ -194,19 +200,30 @@ def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attr
     N = int(lengths.sum())
     jobs = [(c, k, [cam.part(e, a, b) for e, a, b in chunk_parts(lengths, chunk_steps, k)])
             for c, cam in cams.items() for k in range(-(-N // chunk_steps))]
-    with atomic_dir(dest, overwrite=overwrite, error=ConvertError) as tmp:
-        g = zarr.open_group(str(tmp), mode="a", zarr_format=2)
-        for name, v in low.items():
-            create_array(g, f"data/{name}", v.shape, v.dtype, (chunk_steps, *v.shape[1:]))[...] = v
-        for c, cam in cams.items(): create_array(g, f"data/{c}", (N, *cam.shape), "uint8", (chunk_steps, *cam.shape))
-        for name, v in (("episode_ends", np.cumsum(lengths)), ("episode_task", np.asarray(task_of, dtype=np.int64))):
-            g.create_array(f"meta/{name}", shape=v.shape, dtype="int64", chunks=(len(v),), compressors=None)[...] = v
-        g.attrs.update(task_names=list(task_names), **attrs)
-        work = [(_write_chunk, (tmp / "data" / c, k, chunk_steps, cams[c].reader, parts, cams[c].shape))
-                for c, k, parts in jobs]
-        with tqdm(total=N * len(cams), desc=f"decode → {Path(dest).name}", unit="frame", disable=not progress) as bar:
-            _run_jobs(work, min(_workers(workers), max(1, len(work))), bar)
-        validate(tmp)
+    try:
+        with atomic_dir(dest, overwrite=overwrite, error=ConvertError) as tmp:
+            g = zarr.open_group(str(tmp), mode="a", zarr_format=2)
+            for name, v in low.items():
+                create_array(g, f"data/{name}", v.shape, v.dtype, (chunk_steps, *v.shape[1:]))[...] = v
+            from numcodecs import Blosc
+            for c, cam in cams.items():
+                create_array(g, f"data/{c}", (N, *cam.shape), "uint8", (chunk_steps, *cam.shape),
+                             Blosc(**FRAME_CODEC))
+            meta = (("episode_ends", np.cumsum(lengths)), ("episode_task", np.asarray(task_of, dtype=np.int64)))
+            for name, v in meta:
+                g.create_array(f"meta/{name}", shape=v.shape, dtype="int64", chunks=(len(v),),
+                               compressors=None)[...] = v
+            g.attrs.update(task_names=list(task_names), **attrs)
+            work = [(_write_chunk, (tmp / "data" / c, k, chunk_steps, cams[c].reader, parts, cams[c].shape))
+                    for c, k, parts in jobs]
+            with tqdm(total=N * len(cams), desc=f"decode → {Path(dest).name}", unit="frame",
+                      disable=not progress) as bar:
+                _run_jobs(work, min(_workers(workers), max(1, len(work))), bar)
+            validate(tmp)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT): raise
+        raise ConvertError(f"{dest}: the disk filled up while converting ({_free(dest)} free); nothing was "
+                           "written") from None
     return describe(dest)
 
 

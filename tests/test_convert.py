@@ -66,3 +66,12 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path):
     assert r.returncode == 1 and "unknown layout" in r.stderr and "Traceback" not in r.stderr
     r = dpt("convert", FIX / "robotwin/raw", "-o", tmp_path / "o.zarr", "--size", "48")
     assert r.returncode == 2 and "argument --size: '48' is not H,W" in r.stderr
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    from test_bad_input import tmpfs
+    with tmpfs(tmp_path / "small", "256k") as d:      # the low-dim arrays fit, the frames do not
+        r = dpt("convert", FIX / "robotwin/raw", "-o", d / "s.zarr", "--workers", 2, "--no-progress")
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert f"{d / 's.zarr'}: the disk filled up while converting (" in r.stderr and "nothing was written" in r.stderr
+        assert list(d.iterdir()) == []

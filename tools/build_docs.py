@@ -7,7 +7,7 @@ nbconvert's HTML exporter, and add a sidebar (chapters, the page's contents, sea
 notebook) and one shared stylesheet. Where Quarto exists, `nbdev_docs` builds nbdev's usual site instead.
 Usage: python tools/build_docs.py [--out _site] [--workers 2] [--no-exec]
 """
-import argparse, ast, html, json, re, shutil, time
+import argparse, ast, html, json, os, re, shutil, tempfile, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -293,8 +293,14 @@ def main():
     out.mkdir(parents=True)
     nbs = sorted(NBS.glob("[0-9][0-9]*_*.ipynb")) + [NBS / "index.ipynb"]
     if a.only: nbs = [p for p in nbs if p.stem in a.only.split(",") or p.stem == "index"]
-    with ProcessPoolExecutor(a.workers) as ex:
-        pages = list(ex.map(render, [(p, out, not a.no_exec) for p in nbs]))
+    # the chapters' temporary folders (tempfile.mkdtemp: stores, runs, checkpoints; 1.4 GB for the interop chapter) go
+    # into one folder of this build, removed at its end: repeated builds do not fill the disk
+    scratch = tempfile.mkdtemp(prefix="dpt-docs-")
+    os.environ["TMPDIR"] = scratch
+    try:
+        with ProcessPoolExecutor(a.workers) as ex:
+            pages = list(ex.map(render, [(p, out, not a.no_exec) for p in nbs]))
+    finally: shutil.rmtree(scratch, ignore_errors=True)
     pages = [pages[-1]] + pages[:-1]
     finish_site(out, pages)
     (out / "pages.json").write_text(json.dumps([dict(stem=s, title=t, file=n) for s, t, n, _ in pages], indent=1))
