@@ -445,6 +445,8 @@ def handle(self: _Supervisor, msg):
         self.finished.add(rank)
         if rank == 0: self.result = cloudpickle.loads(msg[2])
     elif kind == "error" and self.failure is None:
+        if not msg[4]: self.blame_killed_peer(rank)
+    if kind == "error" and self.failure is None:
         # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
         # anything else (a bug, a library's exception) carries the rank's traceback in the message
         tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
@@ -483,6 +485,22 @@ def stalled(self: _Supervisor):
     self.failure = LaunchError(f"stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
                                + "; the ranks were stopped (the last checkpoint stays 'latest')",
                                rank=bad[0] if bad else None, cause="stalled")
+
+# %% ../nbs/06_launch.ipynb #2c88fad4
+@patch
+def blame_killed_peer(self: _Supervisor, rank, wait: float = 0.5):
+    """A library error in one rank (gloo's "Read error", "Connection closed by peer") is often a peer killed by a
+    signal (SIGKILL, the OOM killer) a moment earlier: give the other ranks `wait` seconds to show it, and name that
+    rank instead."""
+    others = {self.procs[r].sentinel: r for r in range(len(self.procs)) if r != rank and r not in self.finished}
+    end = time.monotonic() + wait
+    while others and self.failure is None and (left := end - time.monotonic()) > 0:
+        for s in mpc.wait(list(others), timeout=left):
+            r = others.pop(s)
+            if (self.procs[r].exitcode or 0) < 0:
+                self.sentinels.pop(s, None)
+                self.exited(r)
+
 
 # %% ../nbs/06_launch.ipynb #6d2f7177
 @patch
