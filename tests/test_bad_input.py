@@ -483,6 +483,14 @@ def _logged(rd, n):
 
 LONG = ["--no-progress", "training.max_steps=100000", "training.log_every=5", "training.checkpoint_every=100000"]
 
+def _signal_run(tmp, store, sig, after):
+    "A long `dpt train` sent `sig` to its whole process group after `after` logged steps → (run, process, output)."
+    rd = tmp / "r"
+    p = _start(["train", "--config", "test", "--data", store, "--out", rd, *LONG])
+    _wait_for(lambda: _logged(rd, after), p)
+    os.killpg(p.pid, sig)
+    return rd, p, p.communicate(timeout=120)[0]
+
 @row("T12", "train", "a run killed (SIGKILL) before its first checkpoint, then `--resume`", "resume: … has no checkpoint (its run stopped before the first one): starting from step 0")
 def _(tmp, store):
     import signal
@@ -499,11 +507,7 @@ def _(tmp, store):
 @row("T13", "train", "Ctrl-C in a terminal (SIGINT to the whole process group) while it trains", "stopped by SIGINT at step …: checkpoint …/step_…; resume with training.resume=auto (dpt train --resume)", "a checkpoint at the stop step; the run resumes from it")
 def _(tmp, store):
     import signal
-    rd = tmp / "r"
-    p = _start(["train", "--config", "test", "--data", store, "--out", rd, *LONG])
-    _wait_for(lambda: _logged(rd, 3), p)
-    os.killpg(p.pid, signal.SIGINT)
-    out = p.communicate(timeout=120)[0]
+    rd, p, out = _signal_run(tmp, store, signal.SIGINT, after=3)
     assert p.returncode == 0 and "stopped by SIGINT at step" in out, out[-2000:]
     at = int((rd / "checkpoints/latest").read_text().split("_")[1])
     assert json.loads((rd / "result.json").read_text())["stopped_by"] == "SIGINT"
@@ -610,11 +614,7 @@ def _(tmp):
 @row("L5", "launch", "SIGTERM to the whole process group (`scancel`, `timeout`, a container stop)", "stopped by SIGTERM at step …: checkpoint …/step_…; resume with training.resume=auto (dpt train --resume) — exit 0 (it was 'rank 0 died (exit code 255)')", "a checkpoint at the stop step")
 def _(tmp, store):
     import signal
-    rd = tmp / "r"
-    p = _start(["train", "--config", "test", "--data", store, "--out", rd, *LONG])
-    _wait_for(lambda: _logged(rd, 2), p)
-    os.killpg(p.pid, signal.SIGTERM)
-    out = p.communicate(timeout=120)[0]
+    rd, p, out = _signal_run(tmp, store, signal.SIGTERM, after=2)
     assert p.returncode == 0 and "stopped by SIGTERM at step" in out and "exit code 255" not in out, out[-2000:]
     assert (rd / "checkpoints/latest").exists()
 
