@@ -1,5 +1,5 @@
 """Shared fixtures: sample stores, a `dpt` runner, and process-tree helpers (psutil)."""
-import os, subprocess, sys, tempfile
+import atexit, os, shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 import psutil
@@ -9,8 +9,11 @@ from dptoolkit.store import sample_data
 from dptoolkit.merge import merge
 
 ROOT = Path(__file__).resolve().parent.parent
-# the decoded cache of every store a test opens with storage mmap: a folder of this test session, not ~/.cache
-os.environ.setdefault("DPT_CACHE_DIR", tempfile.mkdtemp(prefix="dpt-test-cache-"))
+# the decoded cache of every store a test opens with storage mmap: a folder of this test session, not ~/.cache;
+# the process that made it (pytest, or xdist's controller whose workers inherit it) removes it at exit
+if "DPT_CACHE_DIR" not in os.environ:
+    os.environ["DPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpt-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["DPT_CACHE_DIR"], ignore_errors=True)
 # test files run two at a time: runs compared bit for bit keep their thread count whatever the other file trains
 # (the bad-input row L4 turns the sharing of cores on for its two runs)
 os.environ.setdefault("DPT_SHARE_CORES", "0")
