@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_sim.ipynb #72019904
 from __future__ import annotations
-import collections, json, math, os, shutil, time
+import collections, json, math, os, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,12 +205,24 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
 
 # %% ../nbs/13_sim.ipynb #e1811264
 def _pool(workers):
-    "Worker processes for episodes: spawned (never a copy of a notebook's CUDA state), one torch thread each."
+    """Worker processes for episodes: spawned (never a copy of a notebook's CUDA state), one torch thread each, and
+    ended with the process that started them."""
     import concurrent.futures as cf, multiprocessing as mp
     from dptoolkit import sim   # the module's functions, importable in a spawned child (not a notebook's copies)
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=sim._worker_init)
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=sim._worker_init,
+                                  initargs=(os.getpid(),))
 
-def _worker_init():
+def _die_with(parent: int):
+    """Linux: this process gets SIGKILL when its parent ends (`PR_SET_PDEATHSIG`), so a rollout or `dpt sim-data` killed
+    from outside leaves no worker simulating on; exits now if the parent is already gone."""
+    if not sys.platform.startswith("linux"): return
+    import ctypes, signal
+    try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError): return
+    if os.getppid() != parent: os._exit(1)
+
+def _worker_init(parent: int | None = None):
+    if parent is not None: _die_with(parent)
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:

@@ -79,3 +79,21 @@ def test_refused_before_any_episode(demos, tmp_path):
     r = dpt("rollout", tmp_path / "r3", "--episodes", 1, "--workers", 1)
     assert r.returncode == 1 and "r3: the policy reads wrist_camera, which the transfer_cube simulator does not give" \
         in r.stderr and "episode" not in r.stdout
+
+
+def test_killed_rollout_leaves_no_workers(tmp_path):
+    "SIGKILL of the process running a rollout ends its worker processes too (they would simulate on, unowned)."
+    import subprocess, sys, time
+    import psutil
+    code = "from dptoolkit.sim import rollout; rollout('hold', episodes=40, workers=2, progress=False)"
+    p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "MUJOCO_GL": "egl"})
+    workers, deadline = [], time.monotonic() + 120
+    while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.2)
+        workers = [c for c in psutil.Process(p.pid).children() if "multiprocessing.spawn" in " ".join(c.cmdline())]
+    assert len(workers) == 2, f"the rollout did not start its 2 workers: {workers} (exit {p.poll()})"
+    time.sleep(2)                                       # inside their first episodes
+    p.kill()
+    p.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, f"workers outlived the killed rollout: {[w.pid for w in alive]}"
