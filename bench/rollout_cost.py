@@ -1,0 +1,89 @@
+"""What success-while-training costs the ranks (issue 36: goal ≤ 10 % of their throughput): one training run twice on
+a simulator store, without and with `eval.rollout_every`, interleaved (plain, with, plain, with) so a busy spell
+hits both; prints each run's steady samples/s (median, quartiles), wall time, the rollout records it wrote, and the
+throughput ratio with its range.
+
+    python bench/rollout_cost.py [--demos STORE] [--steps 600] [--every 200] [--episodes 4] [--repeats 1]
+        [--camera] [--override KEY=VALUE] [--out DIR] [--json F]
+
+STORE: a demonstration store (`dpt sim-data`); made here (10 low-dim demonstrations, or 72×96 camera ones with
+`--camera`) when not given. The recipe is bench/sim.py's for the store's kind.
+"""
+import argparse, json, os, tempfile, time
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--demos", type=Path); ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--every", type=int, default=200); ap.add_argument("--episodes", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=1); ap.add_argument("--camera", action="store_true")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--override", action="append", default=[]); ap.add_argument("--out", type=Path)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    import numpy as np
+    import torchvision  # noqa: F401  (before MuJoCo's EGL)
+    from dptoolkit.config import for_store
+    from dptoolkit.report import read_log, steady
+    from dptoolkit.sim import make_demos
+    from dptoolkit.store import describe
+    from dptoolkit.train import train
+    out = a.out or Path(tempfile.mkdtemp(prefix="dpt-rollout-cost-"))
+    demos = a.demos
+    if demos is None:
+        t = time.perf_counter()
+        demos = make_demos("transfer_cube", n=10, out=out / "demos.zarr", camera=a.camera, size=(72, 96), workers=2,
+                           overwrite=True, progress=False).info.path
+        print(f"demonstrations: {demos} ({time.perf_counter() - t:.0f} s)", flush=True)
+    camera = "head_camera" in describe(demos).arrays
+    keys = "[head_camera,state]" if camera else "[env_state,state]"
+    recipe = ["policy.down_dims=[128,256,512]", "policy.diffusion_step_embed_dim=128", "policy.prediction_type=sample",
+              "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"]
+    if camera:
+        recipe += ["policy.obs_encoder.backbone=small", "policy.obs_encoder.small_channels=[32,64,128]",
+                   "policy.obs_encoder.small_feature_dim=64", "policy.obs_encoder.pool=spatial_softmax",
+                   "n_obs_steps=1", "policy.obs_encoder.crop_shape=[64,86]"]
+    base = [f"task.dataset.obs_keys={keys}", f"training.max_steps={a.steps}", f"dataloader.batch_size={a.batch}",
+            "scaling.keep_effective_batch_size=false", f"training.log_every={max(1, a.steps // 30)}", *recipe,
+            *a.override]
+    with_rollouts = [f"eval.rollout_every={a.every}", f"eval.rollout_episodes={a.episodes}",
+                     f"training.checkpoint_every={a.every}", "training.keep_checkpoints=50"]
+    runs = []
+    for rep in range(a.repeats):
+        for kind, extra in (("plain", [f"training.checkpoint_every={a.steps}"]), ("rollouts", with_rollouts)):
+            rd = out / f"{kind}-{rep + 1}"
+            cfg = for_store(demos, name="test", overrides=base + extra)
+            t = time.perf_counter()
+            train(cfg, nprocs=1, run_dir=rd, progress=False)
+            wall = time.perf_counter() - t
+            log = steady(read_log(rd))
+            q1, med, q3 = np.percentile(log.samples_per_s, [25, 50, 75])
+            try: records = read_log(rd, "rollout")
+            except Exception: records = None
+            runs.append(dict(kind=kind, repeat=rep + 1, wall_s=wall, samples_per_s=med, low=q1, high=q3,
+                             threads=int(log.threads.iloc[-1]) if "threads" in log else None,
+                             rollouts=0 if records is None else len(records),
+                             success=None if records is None else records[["step", "success"]].to_dict("records")))
+            r = runs[-1]
+            print(f"{kind:8s} #{rep + 1}: {r['samples_per_s']:.0f} samples/s [{q1:.0f}-{q3:.0f}], {r['threads']} "
+                  f"thread(s), {wall:.0f} s wall, {r['rollouts']} rollout record(s)", flush=True)
+    plain = [r for r in runs if r["kind"] == "plain"]
+    roll = [r for r in runs if r["kind"] == "rollouts"]
+    med = lambda rs, k: float(np.median([r[k] for r in rs]))
+    ratio = med(roll, "samples_per_s") / med(plain, "samples_per_s")
+    lo, hi = med(roll, "low") / med(plain, "high"), med(roll, "high") / med(plain, "low")
+    wall = med(roll, "wall_s") / med(plain, "wall_s")
+    print(f"with rollouts every {a.every} steps ({a.episodes} episodes each): {ratio:.2f}× the plain run's samples/s "
+          f"[{lo:.2f}-{hi:.2f}] (cost {1 - ratio:.0%}; goal ≤ 10 %), wall time {wall:.2f}× (includes the final "
+          f"rollout); {os.cpu_count()} cores", flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(dict(runs=runs, ratio=ratio, ratio_low=lo, ratio_high=hi, wall_ratio=wall,
+                                          steps=a.steps, every=a.every, episodes=a.episodes, camera=camera,
+                                          cores=os.cpu_count()), indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
