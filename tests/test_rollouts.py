@@ -33,8 +33,11 @@ def test_success_records_while_training(demos, tmp_path):
             "eval.rollout_every=10", "logging.tensorboard=true", timeout=600, check=0)
     assert "waiting for the rollouts of step 20" in r.stdout
     s = read_log(run, "rollout")
-    assert s["step"].tolist() == [10, 20] and (s["episodes"] == 2).all()
-    assert s["seeds"].tolist() == [[500, 501], [500, 501]]
+    # the watcher rolls out the newest checkpoint (never a queue): on a loaded machine the 20 tiny steps can pass
+    # step 10 before the watcher's first look (CI saw [20]); the final step is always rolled out
+    steps = s["step"].tolist()
+    assert steps in ([10, 20], [20]) and (s["episodes"] == 2).all(), steps
+    assert s["seeds"].tolist() == [[500, 501]] * len(steps)
     assert (s["success_low"] <= s["success"]).all() and (s["success"] <= s["success_high"]).all()
     assert s["train_s"].is_monotonic_increasing and s["train_s"].iloc[0] > 0
     assert read_log(run)["step"].tolist() == [5, 10, 15, 20]                 # training records apart
@@ -44,7 +47,7 @@ def test_success_records_while_training(demos, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(str(run))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("eval/success")] == [10, 20]
+    assert [e.step for e in acc.Scalars("eval/success")] == steps
     assert not list((run / "rollouts").glob("step_*")), "snapshots are removed after their rollout"
 
 
