@@ -30,6 +30,7 @@ def main():
     from dptoolkit.report import read_log, steady
     from dptoolkit.sim import make_demos
     from dptoolkit.store import describe
+    from sim import recipe as sim_recipe   # bench/sim.py: one recipe for both scripts
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-rollout-cost-"))
     demos = a.demos
@@ -40,12 +41,7 @@ def main():
         print(f"demonstrations: {demos} ({time.perf_counter() - t:.0f} s)", flush=True)
     camera = "head_camera" in describe(demos).arrays
     keys = "[head_camera,state]" if camera else "[env_state,state]"
-    recipe = ["policy.down_dims=[128,256,512]", "policy.diffusion_step_embed_dim=128", "policy.prediction_type=sample",
-              "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"]
-    if camera:
-        recipe += ["policy.obs_encoder.backbone=small", "policy.obs_encoder.small_channels=[32,64,128]",
-                   "policy.obs_encoder.small_feature_dim=64", "policy.obs_encoder.pool=spatial_softmax",
-                   "n_obs_steps=1", "policy.obs_encoder.crop_shape=[64,86]"]
+    recipe = sim_recipe(camera, describe(demos).arrays['head_camera'].shape[2:] if camera else (72, 96))
     base = [f"task.dataset.obs_keys={keys}", f"training.max_steps={a.steps}", f"dataloader.batch_size={a.batch}",
             "scaling.keep_effective_batch_size=false", f"training.log_every={max(1, a.steps // 30)}", *recipe,
             *a.override]

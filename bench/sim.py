@@ -13,6 +13,19 @@ import argparse, json, os, tempfile, time
 from pathlib import Path
 
 
+def recipe(camera: bool, size=(72, 96), down_dims="128,256,512") -> list:
+    """The training overrides of issue 25's low-dim recipe, or with `camera` issue 36's: a small CNN, spatial-softmax
+    keypoints, one frame of history, random crops (8/9 × 9/10 of the frame; centre crop in eval). Without the last two
+    the camera policy succeeded 0/20 (bench/RESULTS.md)."""
+    r = [f"policy.down_dims=[{down_dims}]", "policy.diffusion_step_embed_dim=128", "policy.prediction_type=sample",
+         "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"]
+    if camera:
+        r += ["policy.obs_encoder.backbone=small", "policy.obs_encoder.small_channels=[32,64,128]",
+              "policy.obs_encoder.small_feature_dim=64", "policy.obs_encoder.pool=spatial_softmax",
+              "n_obs_steps=1", f"policy.obs_encoder.crop_shape=[{size[0] * 8 // 9},{size[1] * 9 // 10}]"]
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--demos", type=int, default=50); ap.add_argument("--steps", type=int, default=6000)
@@ -37,21 +50,15 @@ def main():
     t_demos = time.perf_counter() - t
     print(demos, f"({t_demos:.0f} s)", flush=True)
     keys = "[head_camera,state]" if a.camera else "[env_state,state]"
-    recipe = [f"policy.down_dims=[{a.down_dims}]", "policy.diffusion_step_embed_dim=128", "policy.prediction_type=sample",
-              "policy.n_groups=8", "optimizer.lr=1e-3", "training.lr_warmup_steps=100"]
-    if a.camera:   # issue 36's camera recipe: a small CNN, spatial-softmax keypoints, one frame of history, random
-        # crops (64×86 of 72×96; centre crop in eval): without the last two, 0/20 (bench/RESULTS.md)
-        recipe += ["policy.obs_encoder.backbone=small", "policy.obs_encoder.small_channels=[32,64,128]",
-                   "policy.obs_encoder.small_feature_dim=64", "policy.obs_encoder.pool=spatial_softmax",
-                   "n_obs_steps=1", f"policy.obs_encoder.crop_shape=[{size[0] * 8 // 9},{size[1] * 9 // 10}]"]
+    train_kw = recipe(a.camera, size, a.down_dims)
     if a.rollout_every:
-        recipe += [f"eval.rollout_every={a.rollout_every}", "eval.rollout_episodes=20", "training.keep_checkpoints=50"]
+        train_kw += [f"eval.rollout_every={a.rollout_every}", "eval.rollout_episodes=20", "training.keep_checkpoints=50"]
     cfg = for_store(demos.info.path, name="test",
                     overrides=[f"task.dataset.obs_keys={keys}", f"training.max_steps={a.steps}", f"dataloader.batch_size={a.batch}",
                                "scaling.keep_effective_batch_size=false",
                                f"training.checkpoint_every={a.rollout_every or a.steps}",
                                f"training.log_every={max(1, a.steps // 50)}", "task.dataset.val_ratio=0.04",
-                               *recipe, *a.override])
+                               *train_kw, *a.override])
     t = time.perf_counter()
     res = train(cfg, nprocs=1, run_dir=out / "run", progress=True)
     t_train = time.perf_counter() - t

@@ -444,14 +444,15 @@ def handle(self: _Supervisor, msg):
     elif kind == "result":
         self.finished.add(rank)
         if rank == 0: self.result = cloudpickle.loads(msg[2])
-    elif kind == "error" and self.failure is None:
-        if not msg[4]: self.blame_killed_peer(rank)
-    if kind == "error" and self.failure is None:
-        # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
-        # anything else (a bug, a library's exception) carries the rank's traceback in the message
-        tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
-        self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2],
-                                   rank_traceback=msg[3])
+    elif kind == "error":
+        # a library's error may follow a peer killed by a signal: that rank becomes the failure instead
+        if self.failure is None and not msg[4]: self.blame_killed_peer(rank)
+        if self.failure is None:
+            # the toolkit's own errors already name the culprit: one line (the traceback stays in .rank_traceback);
+            # anything else (a bug, a library's exception) carries the rank's traceback in the message
+            tail = "" if msg[4] else f"\n\n--- rank {rank} traceback ---\n{msg[3]}"
+            self.failure = LaunchError(f"rank {rank} failed with {msg[2]}{tail}", rank=rank, cause=msg[2],
+                                       rank_traceback=msg[3])
 
 @patch
 def drain(self: _Supervisor, conn):

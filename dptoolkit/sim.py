@@ -221,8 +221,8 @@ def _die_with(parent: int):
     except (OSError, AttributeError): return
     if os.getppid() != parent: os._exit(1)
 
-def _worker_init(parent: int | None = None):
-    if parent is not None: _die_with(parent)
+def _worker_init(parent: int):
+    _die_with(parent)
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
