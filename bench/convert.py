@@ -3,7 +3,7 @@ on the same episodes (time, throughput, peak memory of the whole process tree, a
 v3.0 dataset → a store (frames/s; PyAV against torchcodec where a lerobot virtualenv is given).
 
     python bench/convert.py --robotwin ROBOTWIN --python SIDE_PYTHON [--episodes 10] [--steps 200] \\
-        [--workers 2] [--lerobot-python LEROBOT_PYTHON] [--work DIR] [--json F]
+        [--workers 2] [--repeats 3] [--lerobot-python LEROBOT_PYTHON] [--work DIR] [--json F]
 
 ROBOTWIN / SIDE_PYTHON as in bench/robotwin.py (their `policy/DP` and writer are copied, unchanged, into the work
 folder). Raw episodes: four 240×320 cameras (D435), written by their `create_hdf5_from_dict` (bench/robotwin_raw.py).
@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--episodes", type=int, default=10), ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2), ap.add_argument("--lerobot-python")
     ap.add_argument("--work", default="bench/out/convert"), ap.add_argument("--json", type=Path)
+    ap.add_argument("--repeats", type=int, default=3, help="their script and ours, alternating, this many times")
     a = ap.parse_args()
     work = Path(a.work).absolute()
     shutil.rmtree(work, ignore_errors=True)
@@ -62,18 +63,26 @@ def main():
         sub.mkdir(parents=True)
         for i in range(n): os.symlink(raw / f"episode{i}.hdf5", sub / f"episode{i}.hdf5")
         mb = raw_bytes(raw, n) / 1e6
-        theirs = measured([a.python, "process_data.py", TASK, CONFIG, n], cwd=rt / "policy/DP")
-        ours_head = measured(["dpt", "convert", work / f"raw{n}", "-o", work / f"ours{n}.zarr", "--cameras",
-                              "head_camera", "--workers", a.workers, "--no-progress"])
+        pairs = []                        # alternating, `--repeats` times: the machine's drift hits both alike
+        for r in range(a.repeats):
+            for z in (rt / f"policy/DP/data/{TASK}-{CONFIG}-{n}.zarr", work / f"ours{n}.zarr"):
+                shutil.rmtree(z, ignore_errors=True)
+            pairs.append((measured([a.python, "process_data.py", TASK, CONFIG, n], cwd=rt / "policy/DP"),
+                          measured(["dpt", "convert", work / f"raw{n}", "-o", work / f"ours{n}.zarr", "--cameras",
+                                    "head_camera", "--workers", a.workers, "--no-progress"])))
+        ratios = sorted(t["seconds"] / o["seconds"] for t, o in pairs)
+        theirs, ours_head = (min((p[i] for p in pairs), key=lambda m: m["seconds"]) for i in (0, 1))
         ours_all = measured(["dpt", "convert", work / f"raw{n}", "-o", work / f"all{n}.zarr", "--workers", a.workers,
                              "--no-progress"])
         ours_one = measured(["dpt", "convert", work / f"raw{n}", "-o", work / f"one{n}.zarr", "--cameras",
                              "head_camera", "--workers", 1, "--no-progress"])
-        res[n] = dict(raw_mb=mb, theirs=theirs, ours_head=ours_head, ours_all=ours_all, ours_one_worker=ours_one)
+        res[n] = dict(raw_mb=mb, theirs=theirs, ours_head=ours_head, ours_all=ours_all, ours_one_worker=ours_one,
+                      ratios=ratios, theirs_s=[t["seconds"] for t, _ in pairs], ours_s=[o["seconds"] for _, o in pairs])
         for k in ("theirs", "ours_head", "ours_all", "ours_one_worker"): res[n][k].pop("out")
         print(f"{n} episodes ({mb:.0f} MB of raw HDF5): their process_data.py {theirs['seconds']:.1f} s, peak "
               f"{theirs['peak_mb']:.0f} MB | dpt convert head camera, {a.workers} workers: {ours_head['seconds']:.1f} s, "
-              f"peak {ours_head['peak_mb']:.0f} MB ({theirs['seconds'] / ours_head['seconds']:.2f}× faster), 1 worker "
+              f"peak {ours_head['peak_mb']:.0f} MB (fastest of {a.repeats} each; {ratios[len(ratios) // 2]:.2f}× faster, "
+              f"median of the alternating pairs, range {ratios[0]:.2f}–{ratios[-1]:.2f}), 1 worker "
               f"{ours_one['seconds']:.1f} s | all 4 cameras: {ours_all['seconds']:.1f} s, peak "
               f"{ours_all['peak_mb']:.0f} MB", flush=True)
     import numpy as np, zarr
