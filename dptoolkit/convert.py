@@ -5,6 +5,7 @@
 # %% ../nbs/01b_convert.ipynb #087b2ca3
 from __future__ import annotations
 import errno, io, json, os, re, shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,25 +212,36 @@ def _keep_freed_memory():
 def _workers(workers) -> int:
     return max(1, int(workers)) if workers else max(1, len(os.sched_getaffinity(0)))
 
-def _run_jobs(jobs, workers, bar):
-    "Run `(fn, args)` jobs in `workers` spawned processes (inline with one), at most two per worker in flight."
-    if workers <= 1:
-        for fn, args in jobs: bar.update(fn(*args))
+@contextmanager
+def _pool(workers):
+    """`workers` (None: one per core) spawned processes, started now so that their imports overlap the parent's
+    reading of the source; None with one worker (the jobs then run inline)."""
+    n = _workers(workers)
+    if n <= 1:
+        yield None
         return
     import concurrent.futures as cf, multiprocessing as mp
-    spawn = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(workers, mp_context=spawn, initializer=_keep_freed_memory) as pool:
-        pending, it = set(), iter(jobs)
-        try:
-            while True:
-                while len(pending) < 2 * workers and (nxt := next(it, None)) is not None:
-                    pending.add(pool.submit(nxt[0], *nxt[1]))
-                if not pending: break
-                done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                for f in done: bar.update(f.result())
-        except BaseException:
-            for f in pending: f.cancel()
-            raise
+    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_keep_freed_memory) as pool:
+        for _ in range(n): pool.submit(os.getpid)      # a job each: the workers start (and import) now
+        yield pool
+
+def _run_jobs(jobs, pool, bar):
+    "Run `(fn, args)` jobs in `pool` (inline when None), at most two per worker in flight."
+    if pool is None:
+        for fn, args in jobs: bar.update(fn(*args))
+        return
+    import concurrent.futures as cf
+    pending, it = set(), iter(jobs)
+    try:
+        while True:
+            while len(pending) < 2 * pool._max_workers and (nxt := next(it, None)) is not None:
+                pending.add(pool.submit(nxt[0], *nxt[1]))
+            if not pending: break
+            done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for f in done: bar.update(f.result())
+    except BaseException:
+        for f in pending: f.cancel()
+        raise
 
 
 # %% ../nbs/01b_convert.ipynb #5449ccfb
@@ -243,11 +255,11 @@ class _Camera:
 def _free(dest) -> str:
     return _fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)
 
-FRAME_CODEC = dict(cname="zstd", clevel=1, shuffle=0)   # Blosc: camera frames (level 3 costs 8× the time for 1 %)
+FRAME_CODEC = dict(cname="lz4", clevel=1, shuffle=2)   # Blosc, bit-shuffled LZ4: camera frames (see above)
 
-def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attrs: dict, *, workers=None,
+def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attrs: dict, *, pool=None,
                  chunk_steps=100, overwrite=False, progress=True) -> StoreInfo:
-    "Write a converted store atomically: low-dim arrays from memory, each camera chunk by chunk in the workers."
+    "Write a converted store atomically: low-dim arrays from memory, each camera chunk by chunk in `pool` (`_pool`)."
     lengths = np.asarray(lengths, dtype=np.int64)
     N = int(lengths.sum())
     jobs = [(c, k, [cam.part(e, a, b) for e, a, b in chunk_parts(lengths, chunk_steps, k)])
@@ -270,7 +282,7 @@ def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attr
                     for c, k, parts in jobs]
             with tqdm(total=N * len(cams), desc=f"decode → {Path(dest).name}", unit="frame",
                       disable=not progress) as bar:
-                _run_jobs(work, min(_workers(workers), max(1, len(work))), bar)
+                _run_jobs(work, pool, bar)
             validate(tmp)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT): raise
@@ -284,29 +296,30 @@ def from_robotwin(sources, dest, *, cameras=None, size=None, workers=None, chunk
                   overwrite: bool = False, progress: bool = True) -> StoreInfo:
     """RoboTwin's raw episodes → one replay-buffer store, equal to what their `process_data.py` writes for `state`,
     `action` and `head_camera`, with every other camera too (`cameras`: a subset; `size` (H, W): resized)."""
-    tasks = robotwin_tasks(sources)
-    eps, vecs, task_of, cams = [], [], [], list(cameras) if cameras else None
-    for t, task in enumerate(tasks):
-        for p in task.files:
-            e = read_raw_episode(p, cams)
-            if cams is None: cams = sorted(e["cameras"])
-            if vecs and e["vector"].shape[1] != vecs[0].shape[1]:
-                raise ConvertError(f"{p}: joint_action/vector is {e['vector'].shape[1]}-dim, {eps[0]} is "
-                                   f"{vecs[0].shape[1]}-dim; convert robots of one layout into one store")
-            eps.append(str(p))
-            vecs.append(e["vector"])
-            task_of.append(t)
-    where = [f"episode {i} of {tasks[task_of[i]].name}" for i in range(len(eps))]
-    low = {"state": np.concatenate([v[:-1] for v in vecs]).astype(np.float32),
-           "action": np.concatenate([v[1:] for v in vecs]).astype(np.float32)}
-    size = tuple(int(v) for v in size) if size else None
-    spec = {c: _Camera(decode_jpeg(_first_jpeg(eps[0], c), size).shape, _robotwin_frames,
-                       (lambda e, a, b, c=c: (eps[e], c, a, b, size, where[e]))) for c in cams}
-    attrs = dict(channel_order="rgb", convert=dict(
-        source="robotwin", dptoolkit=__version__, cameras=cams, size=list(size) if size else None,
-        tasks=[dict(name=t.name, folder=str(t.folder), episodes=len(t.files)) for t in tasks]))
-    return _write_store(dest, low, [len(v) - 1 for v in vecs], task_of, [t.name for t in tasks], spec, attrs,
-                        workers=workers, chunk_steps=chunk_steps, overwrite=overwrite, progress=progress)
+    with _pool(workers) as pool:   # the workers start while the source is read
+        tasks = robotwin_tasks(sources)
+        eps, vecs, task_of, cams = [], [], [], list(cameras) if cameras else None
+        for t, task in enumerate(tasks):
+            for p in task.files:
+                e = read_raw_episode(p, cams)
+                if cams is None: cams = sorted(e["cameras"])
+                if vecs and e["vector"].shape[1] != vecs[0].shape[1]:
+                    raise ConvertError(f"{p}: joint_action/vector is {e['vector'].shape[1]}-dim, {eps[0]} is "
+                                       f"{vecs[0].shape[1]}-dim; convert robots of one layout into one store")
+                eps.append(str(p))
+                vecs.append(e["vector"])
+                task_of.append(t)
+        where = [f"episode {i} of {tasks[task_of[i]].name}" for i in range(len(eps))]
+        low = {"state": np.concatenate([v[:-1] for v in vecs]).astype(np.float32),
+               "action": np.concatenate([v[1:] for v in vecs]).astype(np.float32)}
+        size = tuple(int(v) for v in size) if size else None
+        spec = {c: _Camera(decode_jpeg(_first_jpeg(eps[0], c), size).shape, _robotwin_frames,
+                           (lambda e, a, b, c=c: (eps[e], c, a, b, size, where[e]))) for c in cams}
+        attrs = dict(channel_order="rgb", convert=dict(
+            source="robotwin", dptoolkit=__version__, cameras=cams, size=list(size) if size else None,
+            tasks=[dict(name=t.name, folder=str(t.folder), episodes=len(t.files)) for t in tasks]))
+        return _write_store(dest, low, [len(v) - 1 for v in vecs], task_of, [t.name for t in tasks], spec, attrs,
+                            pool=pool, chunk_steps=chunk_steps, overwrite=overwrite, progress=progress)
 
 
 # %% ../nbs/01b_convert.ipynb #09dc36ec
@@ -418,28 +431,29 @@ def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_step
     """A LeRobot v3.0 dataset (a local folder) → a replay-buffer store: its vectors, each video feature as
     `<name>_camera` uint8 (N, 3, H, W) (`cameras`: a subset, by store key or feature name; `size`: resized), the
     tasks."""
-    meta = lerobot_meta(src)
-    eps, fps, root, info = meta["episodes"], float(meta["info"]["fps"]), meta["root"], meta["info"]
-    feats = {n: k for n, k in meta["cameras"].items() if cameras is None or k in cameras or n in cameras}
-    if cameras is not None and len(feats) != len(cameras):
-        raise ConvertError(f"{src}: cameras {', '.join(cameras)} asked for; the dataset has "
-                           f"{', '.join(f'{k} ({n})' for n, k in meta['cameras'].items()) or 'none'}")
-    low, lengths, task_of = _lerobot_low_dim(meta, meta["low_dim"])
-    vpath = info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-    size, spec = tuple(int(v) for v in size) if size else None, {}
-    for n, key in feats.items():
-        files = [str(root / vpath.format(video_key=n, chunk_index=int(r[f"videos/{n}/chunk_index"]),
-                                          file_index=int(r[f"videos/{n}/file_index"]))) for _, r in eps.iterrows()]
-        t0 = eps[f"videos/{n}/from_timestamp"].to_numpy(dtype=float)
-        part = lambda e, a, b, n=n, f=files, t0=t0: (f[e], n, a, b, (t0[e], fps, size),
-                                                     f"episode {eps.episode_index[e]}")
-        spec[key] = _Camera((3, *(size or info["features"][n]["shape"][:2])), _video_frames, part)
-    names = [meta["tasks"].get(i, f"task {i}") for i in range(max(meta["tasks"], default=0) + 1)]
-    attrs = dict(channel_order="rgb", fps=fps, convert=dict(
-        source="lerobot", dptoolkit=__version__, path=str(Path(src).resolve()),
-        cameras={k: n for n, k in feats.items()}, low_dim=meta["low_dim"], size=list(size) if size else None))
-    return _write_store(dest, low, lengths, task_of, names, spec, attrs, workers=workers, chunk_steps=chunk_steps,
-                        overwrite=overwrite, progress=progress)
+    with _pool(workers) as pool:   # the workers start while the source is read
+        meta = lerobot_meta(src)
+        eps, fps, root, info = meta["episodes"], float(meta["info"]["fps"]), meta["root"], meta["info"]
+        feats = {n: k for n, k in meta["cameras"].items() if cameras is None or k in cameras or n in cameras}
+        if cameras is not None and len(feats) != len(cameras):
+            raise ConvertError(f"{src}: cameras {', '.join(cameras)} asked for; the dataset has "
+                               f"{', '.join(f'{k} ({n})' for n, k in meta['cameras'].items()) or 'none'}")
+        low, lengths, task_of = _lerobot_low_dim(meta, meta["low_dim"])
+        vpath = info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+        size, spec = tuple(int(v) for v in size) if size else None, {}
+        for n, key in feats.items():
+            files = [str(root / vpath.format(video_key=n, chunk_index=int(r[f"videos/{n}/chunk_index"]),
+                                              file_index=int(r[f"videos/{n}/file_index"]))) for _, r in eps.iterrows()]
+            t0 = eps[f"videos/{n}/from_timestamp"].to_numpy(dtype=float)
+            part = lambda e, a, b, n=n, f=files, t0=t0: (f[e], n, a, b, (t0[e], fps, size),
+                                                         f"episode {eps.episode_index[e]}")
+            spec[key] = _Camera((3, *(size or info["features"][n]["shape"][:2])), _video_frames, part)
+        names = [meta["tasks"].get(i, f"task {i}") for i in range(max(meta["tasks"], default=0) + 1)]
+        attrs = dict(channel_order="rgb", fps=fps, convert=dict(
+            source="lerobot", dptoolkit=__version__, path=str(Path(src).resolve()),
+            cameras={k: n for n, k in feats.items()}, low_dim=meta["low_dim"], size=list(size) if size else None))
+        return _write_store(dest, low, lengths, task_of, names, spec, attrs, pool=pool, chunk_steps=chunk_steps,
+                            overwrite=overwrite, progress=progress)
 
 
 # %% ../nbs/01b_convert.ipynb #6b0996e2

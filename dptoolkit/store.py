@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import zarr
 
 # %% auto #0
@@ -160,7 +159,8 @@ class StoreInfo:
         d["decoded_bytes"] = self.nbytes
         return d
 
-    def table(self) -> pd.DataFrame:
+    def table(self) -> "pd.DataFrame":
+        import pandas as pd   # imported where a table is made: worker processes that import this module skip it
         return pd.DataFrame([dict(key=k, shape=str(a.shape), dtype=a.dtype, chunks=str(a.chunks),
                                   compressor=a.compressor, MB=round(a.nbytes / 1e6, 2))
                              for k, a in self.arrays.items()]).set_index("key")
@@ -251,7 +251,7 @@ def episode_ends(path) -> np.ndarray:
     validate(path)
     return np.asarray(open_store(path)["meta/episode_ends"][:], dtype=np.int64)
 
-def episodes(path) -> pd.DataFrame:
+def episodes(path) -> "pd.DataFrame":
     "One row per episode: episode, start, end, length, task (index) and task_name."
     info = validate(path)
     g = open_store(path)
@@ -260,6 +260,7 @@ def episodes(path) -> pd.DataFrame:
     meta = dict(g["meta"].arrays())
     task = np.asarray(meta["episode_task"][:]) if "episode_task" in meta else np.zeros(len(ends), int)
     names = info.task_names or [Path(path).name.removesuffix(".zarr")]
+    import pandas as pd
     df = pd.DataFrame(dict(episode=np.arange(len(ends)), start=starts, end=ends, length=ends - starts, task=task))
     df["task_name"] = [names[t] if 0 <= t < len(names) else str(t) for t in task]
     return df
