@@ -79,6 +79,7 @@ def main():
         res[n] = dict(raw_mb=mb, theirs=theirs, ours_head=ours_head, ours_all=ours_all, ours_one_worker=ours_one,
                       ratios=ratios, theirs_s=[t["seconds"] for t, _ in pairs], ours_s=[o["seconds"] for _, o in pairs])
         for k in ("theirs", "ours_head", "ours_all", "ours_one_worker"): res[n][k].pop("out")
+        for z in (work / f"all{n}.zarr", work / f"one{n}.zarr"): shutil.rmtree(z)   # disk: 4 cameras of 3E episodes
         print(f"{n} episodes ({mb:.0f} MB of raw HDF5): their process_data.py {theirs['seconds']:.1f} s, peak "
               f"{theirs['peak_mb']:.0f} MB | dpt convert head camera, {a.workers} workers: {ours_head['seconds']:.1f} s, "
               f"peak {ours_head['peak_mb']:.0f} MB (fastest of {a.repeats} each; {ratios[len(ratios) // 2]:.2f}× faster, "
