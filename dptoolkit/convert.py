@@ -223,6 +223,7 @@ def _pool(workers):
     import concurrent.futures as cf, multiprocessing as mp
     with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_keep_freed_memory) as pool:
         for _ in range(n): pool.submit(os.getpid)      # a job each: the workers start (and import) now
+        pool.dpt_workers = n
         yield pool
 
 def _run_jobs(jobs, pool, bar):
@@ -234,7 +235,7 @@ def _run_jobs(jobs, pool, bar):
     pending, it = set(), iter(jobs)
     try:
         while True:
-            while len(pending) < 2 * pool._max_workers and (nxt := next(it, None)) is not None:
+            while len(pending) < 2 * pool.dpt_workers and (nxt := next(it, None)) is not None:
                 pending.add(pool.submit(nxt[0], *nxt[1]))
             if not pending: break
             done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
