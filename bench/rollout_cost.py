@@ -39,9 +39,10 @@ def main():
         demos = make_demos("transfer_cube", n=10, out=out / "demos.zarr", camera=a.camera, size=(72, 96), workers=2,
                            overwrite=True, progress=False).info.path
         print(f"demonstrations: {demos} ({time.perf_counter() - t:.0f} s)", flush=True)
-    camera = "head_camera" in describe(demos).arrays
+    arrays = describe(demos).arrays
+    camera = "head_camera" in arrays
     keys = "[head_camera,state]" if camera else "[env_state,state]"
-    recipe = sim_recipe(camera, describe(demos).arrays['head_camera'].shape[2:] if camera else (72, 96))
+    recipe = sim_recipe(camera, arrays["head_camera"].shape[2:] if camera else (72, 96))
     base = [f"task.dataset.obs_keys={keys}", f"training.max_steps={a.steps}", f"dataloader.batch_size={a.batch}",
             "scaling.keep_effective_batch_size=false", f"training.log_every={max(1, a.steps // 30)}", *recipe,
             *a.override]

@@ -174,7 +174,7 @@ def put_chunk(array_path, k: int, data: np.ndarray):
     """Write chunk `k` along the first axis of the zarr v2 array at `array_path` (a local folder) from `data`, the
     chunk's full shape (the v2 format stores edge chunks padded): encoded with the array's own compressor into the
     file its dimension separator names. What `zarr` reads back is `data`; zarr-python's `a[sel] = data` took 2.3×
-    as long for the same bytes (its write path copies the chunk on the way)."""
+    as long for the same bytes (measured on 6,000 camera frames; not traced further)."""
     p = Path(array_path)
     meta = json.loads((p / ".zarray").read_text())
     if (meta.get("filters") or meta.get("order", "C") != "C" or tuple(data.shape) != tuple(meta["chunks"])
@@ -229,7 +229,9 @@ def _pool(workers):
 def _run_jobs(jobs, pool, bar):
     "Run `(fn, args)` jobs in `pool` (inline when None), at most two per worker in flight."
     if pool is None:
-        for fn, args in jobs: bar.update(fn(*args))
+        try:
+            for fn, args in jobs: bar.update(fn(*args))
+        finally: _BUFFERS.clear()        # inline: the chunk buffer is not kept in the caller's process
         return
     import concurrent.futures as cf
     pending, it = set(), iter(jobs)
