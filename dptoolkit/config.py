@@ -149,9 +149,23 @@ def _yaml_value(raw: str):
         except yaml.YAMLError: pass
     return new
 
+
+# %% ../nbs/02_config.ipynb #82e31deb
+_PADS = {"n_obs_steps": "pad_before", "n_action_steps": "pad_after"}
+
+def _derive_pads(cfg: DictConfig, given):
+    """`pad_before` / `pad_after` follow `n_obs_steps` / `n_action_steps` (each minus 1, as RoboTwin's task configs
+    derive them) when those are `given` and the pads are not: windows start at most `n_obs_steps - 1` steps before an
+    episode and end at most `n_action_steps - 1` after it."""
+    for steps, pad in _PADS.items():
+        v = OmegaConf.select(cfg, steps)
+        if steps in given and pad not in given and pad in cfg and isinstance(v, int) and not isinstance(v, bool):
+            cfg[pad] = max(v - 1, 0)
+
 def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
-    "Apply `KEY=VALUE` dotlist overrides in place, refusing unknown keys and wrong types."
-    keys = list(_all_keys(cfg))
+    """Apply `KEY=VALUE` dotlist overrides in place, refusing unknown keys and wrong types; `pad_before` / `pad_after`
+    follow an overridden `n_obs_steps` / `n_action_steps` unless they are overridden too."""
+    keys, given = list(_all_keys(cfg)), set()
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. dataloader.batch_size=64")
@@ -181,6 +195,8 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
                               f"{type(old).__name__ if not isinstance(old, ListConfig) else 'list'} (currently "
                               f"{OmegaConf.to_container(old) if isinstance(old, ListConfig) else old!r}), got {new!r}")
         OmegaConf.update(cfg, key, new, merge=False)
+        given.add(key)
+    _derive_pads(cfg, given)
     check_config(cfg)
     return cfg
 
@@ -244,10 +260,11 @@ def _over_packaged(p: Path, cfg: DictConfig) -> DictConfig:
     name = cfg.get("name")
     base = OmegaConf.create(yaml.safe_load((config_dir() / f"{name if name in available_configs() else 'robot_dp_14'}"
                                             ".yaml").read_text()))
-    known = list(_all_keys(base))
+    known, given = list(_all_keys(base)), set()
     def walk(d, prefix=""):
         for k, v in d.items():
             key = f"{prefix}{k}"
+            given.add(key)
             if key in _OPEN or key in _LEGACY: continue
             if key not in known and not any(key.startswith(o + ".") for o in _OPEN):
                 near = difflib.get_close_matches(key, known, n=1)
@@ -258,6 +275,7 @@ def _over_packaged(p: Path, cfg: DictConfig) -> DictConfig:
     for key in _OPEN:                 # taken whole from the file, not merged key by key with the packaged example
         v = OmegaConf.select(cfg, key, default=None)
         if v is not None: OmegaConf.update(out, key, v, merge=False, force_add=True)
+    _derive_pads(out, given)
     return out
 
 # %% ../nbs/02_config.ipynb #b4da213c
