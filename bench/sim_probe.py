@@ -19,8 +19,8 @@ PHASES = ((0, 90, "reach"), (90, 170, "grasp + lift"), (170, 260, "transfer"))
 
 def _obs(A, t, To, keys):
     idx = [max(t - i, 0) for i in range(To - 1, -1, -1)]
-    return {k: torch.from_numpy(A[k][idx])[None] if A[k].dtype == np.uint8 else torch.from_numpy(A[k][idx])[None].float()
-            for k in keys}
+    out = {k: torch.from_numpy(A[k][idx])[None] for k in keys}
+    return {k: v if v.dtype == torch.uint8 else v.float() for k, v in out.items()}   # frames stay uint8
 
 
 def _predict(policy, obs, state=None):
@@ -77,7 +77,6 @@ def main():
     from dptoolkit.evaluate import load_policy
     ck = f"{a.run}/checkpoints/step_{a.checkpoint:06d}" if a.checkpoint else None
     policy, cfg = load_policy(a.run, checkpoint=ck)
-    torch.set_num_threads(1)
     size = tuple(policy.obs_encoder.image_shapes["head_camera"][1:])
     trained = list(zarr.open_group(cfg.task.dataset.zarr_path, mode="r").attrs["sim"]["seeds"])[:a.seeds]
     held = list(range(100000, 100000 + a.seeds))
