@@ -96,12 +96,16 @@ def _watchdog(parent_pid):
         except PermissionError: pass
 
 # %% ../nbs/06_launch.ipynb #6df39716
-def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env):
+def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env, launcher_env):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)     # the forkserver ignores it (_forkserver); a rank must not
     import dptoolkit.launch as m
     m._CHANNEL = (conn, threading.Lock(), rank)
     stop = _forward_fds(rank) if forward else (lambda: None)
     threading.Thread(target=_watchdog, args=(parent_pid,), daemon=True).start()
+    # the launcher's environment as it is now: a forkserver's child would inherit the server's, as it was when the
+    # first launch started it (a notebook's later os.environ changes, e.g. CUDA_VISIBLE_DEVICES, would not reach it)
+    for k in set(os.environ) - set(launcher_env): del os.environ[k]
+    os.environ.update(launcher_env)
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
                        "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", **extra_env})
     try:
@@ -607,7 +611,7 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
             r, w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=target, name=f"dpt-rank{rank}", daemon=False,
                             args=(rank, nprocs, payload, w, gpu_ids or [], backend, port, timeout, os.getpid(),
-                                  forward_output, extra_env))
+                                  forward_output, extra_env, dict(os.environ)))
             p.start()
             w.close()
             sup.procs.append(p)
