@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'wilson', 'AlohaSim',
+__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'SimUnstable', 'wilson', 'AlohaSim',
            'transfer_waypoints', 'expert_episode', 'Demos', 'make_demos', 'check_policy', 'rollout_episode',
            'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
            'rollout_run']
@@ -26,6 +26,10 @@ SUCCESS_REWARD = 4           # transfer-cube: the left gripper holds the cube of
 class SimError(RuntimeError):
     """The simulator is missing, cannot render, or is asked for something it cannot do; the message says what to install
     or set."""
+
+class SimUnstable(SimError):
+    """An action the physics cannot take (not finite, or one that makes MuJoCo's accelerations blow up): a closed-loop
+    episode ends there as a failure (`unstable` in its row) instead of ending the rollout."""
 
 def _sim():
     "gym-aloha's modules (MuJoCo, dm_control), imported only when a simulator is used; `MUJOCO_GL=egl` unless set."
@@ -127,8 +131,15 @@ class AlohaSim:
         return self._obs(self.env.reset())
 
     def step(self, action) -> tuple:
-        "→ (observation, reward): reward 4 = the cube is held by the left gripper, off the table (success)."
-        ts = self.env.step(np.asarray(action, dtype=np.float64))
+        """→ (observation, reward): reward 4 = the cube is held by the left gripper, off the table (success).
+        `SimUnstable` for an action that is not finite or that the physics cannot integrate."""
+        a = np.asarray(action, dtype=np.float64)
+        if not np.isfinite(a).all():
+            raise SimUnstable(f"action {np.flatnonzero(~np.isfinite(a)).tolist()} of {a.size} is not finite")
+        try: ts = self.env.step(a)
+        except self.S.control.PhysicsError as e:
+            raise SimUnstable(f"the physics became unstable ({str(e).strip()[:100]}) after an action up to "
+                              f"{np.abs(a).max():.3g} rad") from None
         return self._obs(ts), int(ts.reward)
 
 # %% ../nbs/13_sim.ipynb #db21c6aa
@@ -198,10 +209,11 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
         out["env_state"].append(o["env_state"])
         if camera: out["head_camera"].append(o["head_camera"])
         n = 0.95 * n + noise * np.sqrt(1 - 0.95 ** 2) * rng.standard_normal(14)   # AR(1): stationary std `noise`
-        o, r = env.step(np.where(arm, q + n, q) if noise else q)
+        try: o, r = env.step(np.where(arm, q + n, q) if noise else q)
+        except SimUnstable: break   # a failed episode, as a dropped cube is
         rewards.append(r)
     arrays = {k: np.asarray(v, dtype=np.uint8 if k == "head_camera" else np.float32) for k, v in out.items()}
-    return dict(arrays=arrays, rewards=rewards, success=max(rewards) >= SUCCESS_REWARD, seed=int(seed))
+    return dict(arrays=arrays, rewards=rewards, success=max(rewards, default=0) >= SUCCESS_REWARD, seed=int(seed))
 
 # %% ../nbs/13_sim.ipynb #e1811264
 def _pool(workers):
@@ -229,6 +241,8 @@ def _worker_init(parent: int):
         import torch
         torch.set_num_threads(1)
     except ImportError: pass
+    from dptoolkit.train import register_rank   # CPU runs on this machine leave this worker its core
+    register_rank(os.environ.get("DPT_ROLLOUT_RUN", ""), 1, kind="worker")
 
 def _workers(workers) -> int:
     return max(1, int(workers)) if workers else max(1, len(os.sched_getaffinity(0)))
@@ -336,7 +350,8 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     """One closed-loop episode: the policy sees the last `n_obs_steps` observations, samples an action chunk and the
     first `n_action_steps` actions are executed (diffusion_policy's receding horizon); stops at success. `spec`:
     a run folder, a `DiffusionPolicy`, or the baselines 'expert' (the scripted demonstrator) and 'hold' (keep the
-    start pose). Returns seed, success, max reward, return, steps, seconds (and writes an mp4 with `video`)."""
+    start pose). Returns seed, success, max reward, return, steps, seconds, `unstable` (the episode ended on an action
+    the physics could not take: a failure) and writes an mp4 with `video`."""
     import torch
     t0 = time.perf_counter()
     kind, policy = _load(spec)
@@ -346,7 +361,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
         first = next((i for i, x in enumerate(r) if x >= SUCCESS_REWARD), None)
         r = r[:first + 1] if first is not None else r
         return dict(seed=int(seed), success=ep["success"], max_reward=max(r), ret=float(sum(r)), steps=len(r),
-                    seconds=time.perf_counter() - t0)
+                    seconds=time.perf_counter() - t0, unstable=False)
     cam = kind == "policy" and bool(policy.image_keys)
     size = tuple(policy.obs_encoder.image_shapes[policy.image_keys[0]][1:]) if cam else (48, 64)
     env = AlohaSim(task, camera=cam, size=size)
@@ -354,10 +369,10 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     start = o["qpos"].copy()
     hist = collections.deque([o] * (policy.n_obs_steps if policy is not None else 1),
                              maxlen=policy.n_obs_steps if policy is not None else 1)
-    frames, rewards = [], []
+    frames, rewards, unstable = [], [], False
     dev = next(policy.parameters()).device if policy is not None else torch.device("cpu")
     g = torch.Generator(device=dev).manual_seed(int(seed))
-    while len(rewards) < max_steps and (not rewards or max(rewards) < SUCCESS_REWARD):
+    while len(rewards) < max_steps and (not rewards or max(rewards) < SUCCESS_REWARD) and not unstable:
         if kind == "hold": chunk = [start]
         else:
             with torch.no_grad():
@@ -365,18 +380,21 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
                 chunk = policy.predict_action(obs, generator=g,
                                               num_inference_steps=inference_steps)["action"][0].cpu().numpy()
         for a in chunk:
-            o, r = env.step(a)
+            try: o, r = env.step(a)
+            except SimUnstable:
+                unstable = True
+                break
             rewards.append(r)
             hist.append(o)
             if video: frames.append(env.render(*video_size).transpose(1, 2, 0))
             if r >= SUCCESS_REWARD or len(rewards) >= max_steps: break
-    if video:
+    if video and frames:
         import imageio
         Path(video).parent.mkdir(parents=True, exist_ok=True)
         imageio.mimwrite(video, frames, fps=50, macro_block_size=8)
-    return dict(seed=int(seed), success=max(rewards) >= SUCCESS_REWARD, max_reward=max(rewards),
-                ret=float(sum(rewards)),
-                steps=len(rewards), seconds=time.perf_counter() - t0)
+    best = max(rewards, default=0)
+    return dict(seed=int(seed), success=best >= SUCCESS_REWARD, max_reward=best, ret=float(sum(rewards)),
+                steps=len(rewards), seconds=time.perf_counter() - t0, unstable=unstable)
 
 # %% ../nbs/13_sim.ipynb #d81b1117
 @dataclass
@@ -398,6 +416,7 @@ class RolloutResult:
                     mean_return=float(self.episodes["ret"].mean()),
                     mean_steps=float(self.episodes["steps"].mean()),
                     episodes_per_min=60 * len(self.episodes) / max(self.wall_s, 1e-9),
+                    unstable=int(self.episodes["unstable"].sum()) if "unstable" in self.episodes else 0,
                     seeds=self.episodes["seed"].tolist())
     def _repr_html_(self): return rollout_table([self]).to_html(float_format=lambda v: f"{v:.3g}")
     def show_videos(self, width: int = 320):
@@ -408,14 +427,15 @@ class RolloutResult:
             f'<figure style="display:inline-block"><video width="{width}" controls loop src="data:video/mp4;base64,'
             f'{base64.b64encode(Path(v).read_bytes()).decode()}"></video>'
             f'<figcaption>{Path(v).stem}</figcaption></figure>'
-            for v in self.videos
+            for v in self.videos if Path(v).exists()
         ]
         return HTML("".join(tags) or "<p>no videos: rollout(..., video_dir=...)</p>")
     def __repr__(self):
         s = self.summary()
         return (f"{self.name}: success {s['successes']}/{s['episodes']} = {s['success_rate']:.0%} "
                 f"[95% CI {s['ci_low']:.0%}–{s['ci_high']:.0%}], mean return {s['mean_return']:.1f}, seeds "
-                f"{s['seeds'][0]}…{s['seeds'][-1]}")
+                f"{s['seeds'][0]}…{s['seeds'][-1]}" + (f"; {s['unstable']} ended on an action the physics could not "
+                                                       "take" if s["unstable"] else ""))
 
 def rollout_table(results) -> pd.DataFrame:
     "One row per `RolloutResult`: success rate with its interval, return, steps, episodes per minute."
@@ -479,7 +499,7 @@ def rollout_checkpoint(ckpt, task="transfer_cube", episodes: int = 20, seed: int
     rec = dict(kind="rollout", step=int(info.get("step", ckpt.name.split("_")[-1])), train_s=info.get("train_s"),
                success=res.success_rate, success_low=lo, success_high=hi, episodes=episodes,
                seeds=[seed, seed + episodes - 1], mean_return=float(res.episodes["ret"].mean()), task=task,
-               rollout_s=res.wall_s, time=time.time())
+               unstable=res.summary()["unstable"], rollout_s=res.wall_s, time=time.time())
     with open(run / "logs.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")      # one write: whole lines
     _tensorboard(run, rec)
     return rec

@@ -144,9 +144,16 @@ def _ranks_dir() -> Path:
     import tempfile
     return Path(tempfile.gettempdir()) / "dptoolkit-ranks"
 
+_SHARE_EVERY_S = 5.0   # how often a CPU rank looks at the registry
+
 def reshare_threads(R, W):
-    "At a log step of a CPU rank with `cpu_threads: auto`: follow other runs starting or ending (rank-local, no sync)."
+    """Every `_SHARE_EVERY_S` seconds of a CPU rank with `cpu_threads: auto` (called at each step; a clock read between
+    looks): follow other runs and simulator workers starting or ending (rank-local, no sync). By the clock, not at log
+    steps: oversubscribed, 40 steps took minutes before the rank noticed."""
     if R.use_cuda or "OMP_NUM_THREADS" in os.environ: return
+    now = time.monotonic()
+    if now < W.share_at: return
+    W.share_at = now + _SHARE_EVERY_S
     n, note = fair_threads(R.T, int(os.environ.get("LOCAL_WORLD_SIZE", R.world)), rollout_cores(R.cfg), R.run_dir)
     if n == torch.get_num_threads(): return
     torch.set_num_threads(n)
@@ -160,19 +167,25 @@ def _leave(stop, beat):
     beat.close()
     (_ranks_dir() / str(os.getpid())).unlink(missing_ok=True)   # a rank exits with os._exit: no atexit
 
-def register_rank(run_dir, threads: int):
-    "Record this CPU rank (pid, run, threads) where other runs on the machine see it; removed when the process ends."
+def register_rank(run_dir, threads: int, kind: str = "rank"):
+    """Record this CPU process (pid, run, threads, `kind`: a training `rank` or a simulator `worker`) where runs on the
+    machine see it; removed when the process ends. A worker's `run` is the run whose rollouts it plays (its cores are
+    that run's `eval.rollout_workers`), or empty: `make_demos`, a `dpt rollout` of its own."""
     import atexit
     d = _ranks_dir()
     try:
         d.mkdir(exist_ok=True)
         f = d / str(os.getpid())
-        f.write_text(json.dumps(dict(pid=os.getpid(), run=str(run_dir), threads=int(threads))))
+        f.write_text(json.dumps(dict(pid=os.getpid(), run=str(run_dir or ""), threads=int(threads), kind=kind)))
         atexit.register(lambda: f.unlink(missing_ok=True))
     except OSError: pass
 
+def _same_run(a, b) -> bool:
+    return bool(a) and bool(b) and os.path.abspath(str(a)) == os.path.abspath(str(b))
+
 def other_ranks(run_dir) -> list:
-    "Live CPU ranks of other runs on this machine (their registry entries; dead ones are removed)."
+    """Live CPU processes on this machine that are not this run's: other runs' ranks and simulator workers (registry
+    entries; dead ones are removed). The run's own rollout workers are left out: `rollout_cores` counts them."""
     out = []
     for f in _ranks_dir().glob("*") if _ranks_dir().exists() else []:
         try: r = json.loads(f.read_text())
@@ -182,9 +195,10 @@ def other_ranks(run_dir) -> list:
             f.unlink(missing_ok=True)
             continue
         except PermissionError: pass
-        if r.get("run") != str(run_dir): out.append(r)
+        if not _same_run(r.get("run"), run_dir): out.append(r)
     return out
 
+# %% ../nbs/05_train.ipynb #44de4fdc
 def fair_threads(T, local_ranks: int, reserve: int, run_dir) -> tuple:
     """(threads per rank, a note or None): `cpu_threads`, with `auto` sharing the cores with other runs' ranks (unless
     `$DPT_SHARE_CORES=0`: a fixed count whatever else runs, e.g. for bit-exact comparisons between runs)."""
@@ -194,9 +208,11 @@ def fair_threads(T, local_ranks: int, reserve: int, run_dir) -> tuple:
     others = other_ranks(run_dir)
     n = cpu_threads(T, local_ranks + len(others), reserve)
     if not others: return n, None
-    runs = sorted({o["run"] for o in others})
-    return n, (f"this machine's {_cores()} cores are shared with {len(others)} rank(s) of another run "
-               f"({', '.join(runs)}): {n} thread(s) per rank")
+    ranks = [o for o in others if o.get("kind", "rank") == "rank"]
+    runs = sorted({o["run"] for o in ranks})
+    what = [f"{len(ranks)} rank(s) of another run ({', '.join(runs)})"] if ranks else []
+    if len(ranks) < len(others): what.append(f"{len(others) - len(ranks)} simulator worker(s)")
+    return n, f"this machine's {_cores()} cores are shared with {' and '.join(what)}: {n} thread(s) per rank"
 
 # %% ../nbs/05_train.ipynb #b38a1528
 class StopSignal:
@@ -618,6 +634,7 @@ class _Window:
         self.tasks = len(R.tasks)
         self.buf = torch.zeros(7 + self.L + R.world + self.tasks, dtype=torch.float64, device=R.device)
         self.t_start = time.perf_counter()
+        self.share_at = time.monotonic() + _SHARE_EVERY_S   # the rank's next look at the registry (reshare_threads)
         self.val_s = 0.0
         self.reset()
         R.W = self                        # checkpoints read the training clock from it
@@ -702,7 +719,6 @@ def log_step(R, W, stop, val_due):
     if w[4] > 0:   # every rank agrees on this step
         R.stopping = stop.received or (R.is_main and _stop_request(R.run_dir)) or "a stop request on another rank"
     R.last_log = rec
-    reshare_threads(R, W)
     W.reset()
 
 # %% ../nbs/05_train.ipynb #44e53844
@@ -750,8 +766,9 @@ def start_rollouts(R):
            "--episodes", str(E.rollout_episodes), "--seed", str(E.rollout_seed), "--workers", str(E.rollout_workers),
            "--parent", str(os.getpid()), "--no-progress"]
     import subprocess
+    env = dict(os.environ, DPT_ROLLOUT_RUN=str(R.run_dir.absolute()))   # its workers: this run's rollout_workers
     with open(R.run_dir / "rollouts.log", "a") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 def finish_rollouts(R, wait: bool) -> dict | None:
     "Tell the watcher the last step; wait for its final rollout (`wait`) or stop it. → the last success record."
@@ -827,6 +844,7 @@ def train_worker(cfg) -> dict:
                 R.step_in_epoch += 1
                 beat.progress = R.step
                 W.add(loss_acc, gn.detach().double())
+                reshare_threads(R, W)
                 loss_acc = 0.0
                 val_due = (bool(T.val_every) and R.step_in_epoch >= R.steps_per_epoch
                            and (R.epoch + 1) % T.val_every == 0 and len(R.val_ds) > 0)

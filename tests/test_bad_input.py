@@ -637,6 +637,32 @@ def _(tmp, store):
     assert "cores are shared with" in outs[0] and str(tmp / "b") in outs[0], outs[0][-2000:]
     assert "cores are shared with" in outs[1] and str(tmp / "a") in outs[1] and "1 thread(s) per rank" in outs[1]
 
+def _workers_in(reg):
+    "Simulator workers registered in the registry folder `reg` (entries read while they may be written or removed)."
+    n = 0
+    for f in reg.glob("*") if reg.exists() else []:
+        try: n += json.loads(f.read_text()).get("kind") == "worker"
+        except (OSError, ValueError): pass
+    return n
+
+@row("L6", "launch", "a CPU run started beside another process's simulator workers (`dpt sim-data`; `dpt rollout`)", "this machine's … cores are shared with 2 simulator worker(s): … thread(s) per rank", "the run, at its share")
+def _(tmp, store):
+    import signal
+    share = {"DPT_SHARE_CORES": "1", "TMPDIR": str(tmp)}   # on, with a registry of this test's own
+    sim = _start(["sim-data", "--episodes", "400", "--workers", "2", "-o", tmp / "bg.zarr", "--no-progress"], env=share)
+    try:
+        _wait_for(lambda: _workers_in(tmp / "dptoolkit-ranks") == 2, sim)
+        out = subprocess.run(["dpt", "train", "--config", "test", "--data", str(store), "--out", str(tmp / "a"),
+                              "--no-progress", "training.max_steps=2", "training.log_every=1",
+                              "training.checkpoint_every=100000"], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **share}).stdout
+    finally:
+        os.killpg(sim.pid, signal.SIGTERM)
+        sim.communicate(timeout=120)
+    want = max(1, len(os.sched_getaffinity(0)) // 3)   # the cores between the run's one rank and the two workers
+    assert f"cores are shared with 2 simulator worker(s): {want} thread(s) per rank" in out, out[-2000:]
+    assert {json.loads(l)["threads"] for l in open(tmp / "a" / "logs.jsonl")} == {want}
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
