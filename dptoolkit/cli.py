@@ -11,9 +11,9 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 
 # %% auto #0
 __all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
-           'cmd_config', 'count', 'count0', 'hw', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval', 'cmd_sim_data',
-           'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo', 'build_parser',
-           'threading_main', 'main']
+           'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval',
+           'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo',
+           'build_parser', 'threading_main', 'main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -156,6 +156,13 @@ def hw(text: str) -> tuple:
     if len(parts) != 2: raise argparse.ArgumentTypeError(f"{text!r} is not H,W (e.g. 96,128)")
     return tuple(_at_least(p.strip(), 1) for p in parts)
 
+def nonneg(text: str) -> float:
+    "argparse type: a number ≥ 0 (a noise scale, seconds)."
+    try: v = float(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0: raise argparse.ArgumentTypeError(f"{v} is not a number ≥ 0")
+    return v
+
 # %% ../nbs/08_cli.ipynb #3f32ea0d
 def _scheduler_env():
     """torchrun's variables, or an srun step's mapped to them (launch.rank_env); sets them in os.environ. None: a plain
@@ -245,7 +252,8 @@ def cmd_sim_data(a):
     from dptoolkit.sim import make_demos
     size = tuple(int(v) for v in a.size.lower().split("x"))
     d = make_demos(a.task, n=a.episodes, out=a.output, camera=a.camera, size=size, workers=a.workers, seed=a.seed,
-                   keep="all" if a.keep_failed else "success", overwrite=a.overwrite, progress=not a.no_progress)
+                   keep="all" if a.keep_failed else "success", overwrite=a.overwrite, progress=not a.no_progress,
+                   noise=a.noise)
     print(d)
 
 def cmd_rollout(a):
@@ -590,7 +598,8 @@ COMMANDS.update({
                           "'dptoolkit[sim]')",
         description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
                     "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
-        examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2"],
+        examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2",
+                  "dpt sim-data --episodes 60 --camera --size 72x96 --noise 0.02 -o cam.zarr"],
         args=[_a("--task", default="transfer_cube", help="transfer_cube (insertion: not yet)"),
               _a("--episodes", type=count, default=50, help="seeds to run (default 50)"),
               _a("-o", "--output", required=True, help="the store to write"),
@@ -599,6 +608,9 @@ COMMANDS.update({
               _a("--workers", type=count, help="worker processes (default: one per core)"),
               _a("--seed", type=int, default=0, help="first seed (default 0)"),
               _a("--keep-failed", action="store_true", help="store the expert's failed episodes too"),
+              _a("--noise", type=nonneg, default=0.0, help="DART: the replay executes each arm joint's target plus "
+                 "smooth noise of this size in radians, the recorded action stays clean (default 0; 0.02 for the "
+                 "camera recipe)"),
               _a("--overwrite", action="store_true", help="replace an existing store"), _NO_PROGRESS]),
 })
 

@@ -95,6 +95,7 @@ _RANGES = {
     "policy.down_dims": ("ints", 1, None, True, False), "policy.kernel_size": ("int", 1, None, True, False),
     "policy.n_groups": ("int", 1, None, True, False), "policy.diffusion_step_embed_dim": ("int", 1, None, True, False),
     "policy.obs_encoder.keypoints": ("int", 1, None, True, True),
+           "policy.obs_encoder.aux_weight": ("num", 0, None, True, False),
     "eval.rollout_every": ("int", 1, None, True, True), "eval.rollout_episodes": ("int", 1, None, True, False),
     "eval.rollout_seed": ("int", 0, None, True, False), "eval.rollout_workers": ("int", 1, None, True, False)}
 _HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
@@ -232,6 +233,11 @@ def check_config(cfg: DictConfig):
     if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
         raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed "
                           f"horizon={cfg.horizon}")
+    obs = list(OmegaConf.select(cfg, "task.dataset.obs_keys", default=None) or [])
+    for k in OmegaConf.select(cfg, "policy.obs_encoder.aux_keys", default=None) or []:
+        if k not in obs:   # the store's values are the targets: the dataset must load them
+            raise ConfigError(f"policy.obs_encoder.aux_keys names {k!r}, which task.dataset.obs_keys does not load "
+                              f"({', '.join(obs)}); add it there (the policy predicts it, it never reads it)")
 
 # %% ../nbs/02_config.ipynb #b9e3d549
 def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:

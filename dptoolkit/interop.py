@@ -154,6 +154,10 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
     if shapes and any(len(s) == 3 for s in shapes.values()) and E.get("pool", "avg") != "avg":
         raise InteropError(f"policy.obs_encoder.pool={E.pool}: diffusion_policy's MultiImageObsEncoder pools ResNet "
                            "features by their average only; only pool=avg models can be exported")
+    if list(E.get("aux_keys") or []):
+        raise InteropError(f"policy.obs_encoder.aux_keys={list(E.aux_keys)}: diffusion_policy's encoder has no "
+                           "prediction head (its condition would lack those features); only models without aux_keys "
+                           "can be exported")
     adim, To = int(cfg.shape_meta.action_dim), int(cfg.n_obs_steps)
     # cameras first, in the encoder's (sorted) order: their MultiImageObsEncoder builds one ResNet per camera in
     # shape_meta order, and that order is the order of their optimizer's parameters

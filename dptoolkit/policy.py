@@ -204,10 +204,23 @@ class SmallCNN(nn.Module):
         h = self.conv(x)
         return self.proj(self.pool(h) if self.pool is not None else h.mean(dim=(-2, -1)))
 
+# %% ../nbs/04_policy.ipynb #13cbaf2f
+def _aux_keys(aux_keys, low_dim: dict, images: dict) -> dict:
+    "`aux_keys` checked against the low-dim observation keys → {key: dim}; one line naming the culprit."
+    aux = list(aux_keys or ())
+    for k in aux:
+        if k not in low_dim:
+            raise PolicyError(f"policy.obs_encoder.aux_keys names {k!r}, which is not a low-dim observation key "
+                              f"(task.dataset.obs_keys gives {', '.join(sorted(low_dim)) or 'none'})")
+    if aux and not images:
+        raise PolicyError(f"policy.obs_encoder.aux_keys={aux}: they are predicted from the cameras, and the policy "
+                          "reads none")
+    return {k: int(low_dim[k]) for k in sorted(aux)}
+
 # %% ../nbs/04_policy.ipynb #b904b07c
 class ObsEncoder(nn.Module):
     """diffusion_policy's `MultiImageObsEncoder` for uint8 cameras (resize → crop → [-1, 1] → ImageNet → backbone) +
-    low-dim keys."""
+    low-dim keys. `aux_keys`: low-dim keys the encoder *predicts* from the cameras instead of reading (see below)."""
     def __init__(self, images: dict, low_dim: dict, *,
                  backbone: str = "resnet18",  # resnet18 | small
                  group_norm: bool = True,     # BatchNorm → GroupNorm(C // 16) in the ResNet
@@ -219,11 +232,14 @@ class ObsEncoder(nn.Module):
                  resize_shape=None,           # (h, w) bilinear resize before the crop
                  small_channels=(32, 64, 128), small_feature_dim: int = 64,
                  pool: str = "avg",            # avg (RoboTwin's) | spatial_softmax (keypoints: where things are)
-                 keypoints: int = 32):         # keypoint maps per camera with pool=spatial_softmax
+                 keypoints: int = 32,          # keypoint maps per camera with pool=spatial_softmax
+                 aux_keys=(),                  # low-dim keys predicted from the cameras (training targets, never read)
+                 aux_weight: float = 1.0):     # their loss's weight beside the denoising loss
         super().__init__()
         if backbone not in ("resnet18", "small"):
             raise PolicyError(f"policy.obs_encoder.backbone={backbone!r}: expected resnet18 or small")
-        self.rgb_keys, self.low_dim_keys = sorted(images), sorted(low_dim)
+        self.aux, self.aux_weight = _aux_keys(aux_keys, low_dim, images), float(aux_weight)
+        self.rgb_keys, self.low_dim_keys = sorted(images), sorted(k for k in low_dim if k not in self.aux)
         self.image_shapes = {k: tuple(int(v) for v in images[k]) for k in self.rgb_keys}
         self.low_dim = {k: int(low_dim[k]) for k in self.low_dim_keys}
         self.resize = tuple(int(v) for v in resize_shape) if resize_shape else None
@@ -248,11 +264,13 @@ class ObsEncoder(nn.Module):
         names = (["rgb"] if self.rgb_keys else []) if self.share else self.rgb_keys
         self.key_model_map = nn.ModuleDict({k: make() for k in names})
         self.feature_dim = 512 if backbone == "resnet18" else int(small_feature_dim)
+        if self.aux: self.aux_head = nn.Linear(self.feature_dim * len(self.rgb_keys), sum(self.aux.values()))
         self.register_buffer("img_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("img_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
     @property
-    def output_dim(self) -> int: return self.feature_dim * len(self.rgb_keys) + sum(self.low_dim.values())
+    def output_dim(self) -> int:
+        return self.feature_dim * len(self.rgb_keys) + sum(self.low_dim.values()) + sum(self.aux.values())
 
     @property
     def random_crops(self) -> bool: return bool(self.crop) and self.training and self.random_crop
@@ -294,10 +312,11 @@ def preprocess(self: ObsEncoder, img, offsets=None):
     return (x - self.img_mean) / self.img_std if self.imagenet_norm else x
 
 @patch
-def forward(self: ObsEncoder, obs: dict, generator=None, crops: dict | None = None):
+def forward(self: ObsEncoder, obs: dict, generator=None, crops: dict | None = None, aux: bool = False):
     """obs: key → (N, ...): cameras uint8 (N, 3, H, W), low-dim (N, D) already normalized → features (N,
     output_dim). Training crops each camera at `crops[key]` ((N, 2) corners), drawn here from `generator` when not
-    given."""
+    given. The `aux_keys` are not read: their prediction from the camera features (detached) stands in for them;
+    `aux=True` returns (features, prediction) for the loss."""
     feats, crops = [], dict(crops or {})
     if self.random_crops:
         for k in self.rgb_keys:
@@ -309,8 +328,12 @@ def forward(self: ObsEncoder, obs: dict, generator=None, crops: dict | None = No
         feats.append(f.reshape(len(self.rgb_keys), N, -1).transpose(0, 1).reshape(N, -1))
     else:
         feats += [self.key_model_map[k](self.preprocess(obs[k], crops.get(k))) for k in self.rgb_keys]
+    cams = torch.cat(feats, dim=-1) if self.aux else None
     feats += [obs[k].float() for k in self.low_dim_keys]
-    return torch.cat(feats, dim=-1)
+    pred = self.aux_head(cams) if self.aux else None
+    if self.aux: feats.append(pred.detach())
+    out = torch.cat(feats, dim=-1)
+    return (out, pred) if aux else out
 
 # %% ../nbs/04_policy.ipynb #6a4569b3
 def obs_shapes(cfg) -> dict:
@@ -344,6 +367,7 @@ class DiffusionPolicy(nn.Module):
         self.obs_encoder = ObsEncoder({k: s for k, s in obs_shapes.items() if len(s) == 3},
                                       {k: s[0] for k, s in obs_shapes.items() if len(s) == 1}, **(obs_encoder or {}))
         self.low_dim_keys, self.image_keys = self.obs_encoder.low_dim_keys, self.obs_encoder.rgb_keys
+        self.aux_keys = list(self.obs_encoder.aux)   # predicted from the cameras: read in training only, as targets
         self.obs_dim = sum(self.obs_encoder.low_dim.values())
         self.model = ConditionalUnet1D(action_dim, n_obs_steps * self.obs_encoder.output_dim, diffusion_step_embed_dim,
                                        tuple(down_dims), kernel_size, n_groups)
@@ -386,9 +410,9 @@ class DiffusionPolicy(nn.Module):
 
 # %% ../nbs/04_policy.ipynb #7108a0c5
 @patch
-def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None) -> torch.Tensor:
+def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None, aux: bool = False) -> torch.Tensor:
     """(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy
-    flattens it."""
+    flattens it; with `aux`, also the `aux_keys`' prediction (B × n_obs_steps, their dims)."""
     To, flat, B = self.n_obs_steps, {}, None
     for k in self.low_dim_keys:
         x = obs[k][:, :To].float()
@@ -402,7 +426,18 @@ def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None) -> 
                               f"expected uint8 (B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
         B = img.shape[0]
         flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
-    return self.obs_encoder(flat, generator, crops).reshape(B, -1)
+    out = self.obs_encoder(flat, generator, crops, aux=aux)
+    return (out[0].reshape(B, -1), out[1]) if aux else out.reshape(B, -1)
+
+@patch
+def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
+    "The `aux_keys`' normalized values (B × n_obs_steps, their dims): what the encoder's prediction is trained toward."
+    xs = []
+    for k in self.aux_keys:
+        x = obs[k][:, :self.n_obs_steps].float()
+        if k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
+        xs.append(x.reshape(-1, x.shape[-1]))
+    return torch.cat(xs, dim=-1)
 
 @patch
 def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
@@ -433,15 +468,19 @@ def add_noise(self: DiffusionPolicy, x, noise, t):
 @patch
 def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> torch.Tensor:
     """Denoising loss of a batch `{'obs': {...}, 'action': (B, horizon, action_dim)}`; `noise`, `timesteps` and
-    `crops` (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order."""
+    `crops` (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order. With
+    `aux_keys`, `aux_weight` × the MSE of their prediction from the cameras is added."""
     d = self.draw(batch, generator, noise, timesteps, crops)
     action = batch["action"].float()
     if "action" in self.normalizer.keys: action = self.normalizer.normalize("action", action)
-    cond = self.encode_obs(batch["obs"], crops=d["crops"])
+    cond = self.encode_obs(batch["obs"], crops=d["crops"], aux=bool(self.aux_keys))
+    if self.aux_keys: cond, aux = cond
     noisy = self.add_noise(action, d["noise"], d["timesteps"])
     pred = self.model(noisy, d["timesteps"], cond)
     target = d["noise"] if self.prediction_type == "epsilon" else action
-    return F.mse_loss(pred.float(), target)
+    loss = F.mse_loss(pred.float(), target)
+    if not self.aux_keys: return loss
+    return loss + self.obs_encoder.aux_weight * F.mse_loss(aux.float(), self.aux_targets(batch["obs"]))
 
 @patch
 def forward(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None):

@@ -220,9 +220,15 @@ def summarize(run_dirs, warmup="auto", combine: bool = False, target: float | No
     out = pd.DataFrame([r for r, _ in rows]).sort_values(["per_device_batch", "world_size"]).reset_index(drop=True)
     out = _speedups(out)
     out.attrs["val_loss_target"], out.attrs["success_target"] = target, success_target
-    if out["time_to_success"].isna().all():
-        out = out.drop(columns=[c for c in out if c.startswith("time_to_success")])
+    if out["time_to_success"].isna().all() and not any(_has_success(p) for rd in out["run_dir"]
+                                                                 for p in str(rd).split(",")):
+        out = out.drop(columns=[c for c in out if c.startswith("time_to_success")])   # no records: no columns
     return out
+
+def _has_success(run_dir) -> bool:
+    "Whether a run has success records (a target none of them reaches still gets its NaN columns)."
+    try: return len(read_log(run_dir, "rollout")) > 0
+    except ReportError: return False
 
 def _combine(rows):
     """Pool the steady windows of repeated runs (same world size and per-device batch), leaving out contended repeats

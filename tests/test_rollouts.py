@@ -100,3 +100,31 @@ def test_killed_rollout_leaves_no_workers(tmp_path):
     p.wait()
     gone, alive = psutil.wait_procs(workers, timeout=15)
     assert not alive, f"workers outlived the killed rollout: {[w.pid for w in alive]}"
+
+
+def test_camera_policy_taught_the_cube_pose_never_reads_it(tmp_path):
+    """`policy.obs_encoder.aux_keys=[env_state]` end to end: DART camera demonstrations from the shell (`--noise`), a
+    run that loads env_state as a target, a checkpoint with the prediction head, a policy that reads the camera and
+    qpos only, and a closed-loop episode of it in the simulator."""
+    import torch
+    from safetensors import safe_open
+    from dptoolkit.evaluate import load_policy
+    store = tmp_path / "cam.zarr"
+    r = dpt("sim-data", "--episodes", 1, "--camera", "--size", "24x32", "--noise", 0.02, "--keep-failed",
+            "--workers", 1, "-o", store, "--no-progress", timeout=300, check=0)
+    assert zarr.open_group(str(store), mode="r").attrs["sim"]["noise"] == 0.02, r.stdout
+    run = tmp_path / "run"
+    dpt("train", "--config", "test", "--data", store, "--out", run, "--no-progress", "training.max_steps=4",
+        "task.dataset.obs_keys=[head_camera,state,env_state]", "policy.obs_encoder.aux_keys=[env_state]",
+        "policy.obs_encoder.pool=spatial_softmax", "dataloader.batch_size=8", "task.dataset.val_ratio=0", check=0)
+    ckpt = next((run / "checkpoints").glob("step_*"))
+    with safe_open(str(next(ckpt.glob("*.safetensors"))), "pt") as f:
+        assert any("obs_encoder.aux_head.weight" in k for k in f.keys())
+    pol = load_policy(run)[0]
+    assert (pol.low_dim_keys, pol.image_keys, pol.aux_keys) == (["state"], ["head_camera"], ["env_state"])
+    T = pol.n_obs_steps
+    obs = {"head_camera": torch.zeros(1, T, 3, 24, 32, dtype=torch.uint8), "state": torch.zeros(1, T, 14)}
+    assert pol.predict_action(obs)["action"].shape[-1] == 14                  # no env_state given
+    r = dpt("rollout", run, "--episodes", 1, "--max-steps", 12, "--workers", 1, "--json", timeout=300, check=0)
+    row = json.loads(r.stdout)[0]
+    assert (row["episodes"], row["mean_steps"], row["unstable"]) == (1, 12, 0), row   # 12 steps driven from pixels
