@@ -295,7 +295,8 @@ def plot_throughput(summary: pd.DataFrame, ax=None):
 # %% ../nbs/07_report.ipynb #6d3ed586
 def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_TABLE):
     """Measured speed-up against world size with its range, the ideal line and the guides' quoted table; time-to-quality
-    speed-up (time to the validation-loss target) beside it when the runs have one. Flagged points are crossed out."""
+    speed-up (time to the validation-loss target) and time-to-success speed-up (with its range) beside it when the runs
+    have them. Flagged points are crossed out."""
     plt = _plt()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(4.5, 3.2))
     top = max(int(summary["world_size"].max()), 2)
@@ -313,6 +314,12 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
             t = g.dropna(subset=["time_to_val_loss_speedup"])
             ax.plot(t["world_size"], t["time_to_val_loss_speedup"], "^:", color=eb[0].get_color(),
                     label=f"time to val loss, {per}/device")
+        if "time_to_success_speedup" in g and g["time_to_success_speedup"].notna().any():
+            t = g.dropna(subset=["time_to_success_speedup"])
+            goal = summary.attrs.get("success_target", 0.8)
+            ax.errorbar(t["world_size"], t["time_to_success_speedup"], yerr=_yerr(t, "time_to_success_speedup"),
+                        fmt="v--", capsize=3, color=eb[0].get_color(),
+                        label=f"time to {goal:.0%} success, {per}/device")
     ax.set_xlabel("processes (world size)")
     ax.set_ylabel("speed-up vs 1 process")
     ax.set_title("speed-up")
