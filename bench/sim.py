@@ -48,7 +48,7 @@ def main():
     ap.add_argument("--size", default="72,96", help="camera frames H,W (with --camera)")
     ap.add_argument("--rollout-every", type=int, default=0, help="success while training, every N steps (eval.*)")
     ap.add_argument("--curve-every", type=int, default=0, help="success of the saved checkpoints every N steps, after")
-    ap.add_argument("--curve-episodes", type=int, default=20, help="episodes per point of the success curve")
+    ap.add_argument("--curve-episodes", type=int, default=20, help="episodes per point of the success curve (both modes)")
     ap.add_argument("--worlds", default="1", help="world sizes to train, e.g. 1,2 (time to --target success)")
     ap.add_argument("--target", type=float, default=0.8, help="success rate for the time-to-success table")
     ap.add_argument("--override", action="append", default=[], help="KEY=VALUE for the training config (repeatable)")
@@ -70,7 +70,7 @@ def main():
     keys = ("[head_camera,state,env_state]" if a.aux else "[head_camera,state]") if a.camera else "[env_state,state]"
     train_kw = recipe(a.camera, size, a.down_dims, a.aux)
     if a.rollout_every:
-        train_kw += [f"eval.rollout_every={a.rollout_every}", "eval.rollout_episodes=20", "training.keep_checkpoints=50"]
+        train_kw += [f"eval.rollout_every={a.rollout_every}", f"eval.rollout_episodes={a.curve_episodes}"]
     every = a.rollout_every or a.curve_every or a.steps
     runs, trained = [], {}
     for ws in [int(w) for w in a.worlds.split(",")]:
