@@ -48,7 +48,8 @@ def model_rows(cfg, store, a, dev):
     from dptoolkit.normalize import Normalizer
     from dptoolkit.policy import DiffusionPolicy
     from dptoolkit.store import open_store
-    from dptoolkit.train import EMA, _adamw, cuda_fast_paths
+    from dptoolkit.parallelize import cuda_fast_paths
+    from dptoolkit.train import EMA, _adamw
     if dev.type == "cuda": cuda_fast_paths(cfg.training, dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     B, H, To = a.batch, cfg.horizon, cfg.n_obs_steps

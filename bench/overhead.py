@@ -48,7 +48,7 @@ def hand_loop(cfg, steps, warmup, features):
     sampler = DistributedSampler(ds, world, rank, shuffle=True, drop_last=True)
     dl = DataLoader(ds, batch_size=cfg.dataloader.batch_size, sampler=sampler, collate_fn=lambda b: b, drop_last=True)
     model = DiffusionPolicy.from_config(cfg, normalizer=Normalizer.from_store(D.zarr_path, ["state", "action"]))
-    from dptoolkit.train import _buffer_sync
+    from dptoolkit.parallelize import _buffer_sync
     net = DDP(model, **_buffer_sync(not features))   # the toolkit's model has constant buffers only: no per-step broadcast
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=features)
     if features:   # what train_worker also does every step: grad clipping, cosine schedule, EMA of weights

@@ -9,7 +9,6 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from fastcore.basics import patch
 
 from .store import StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store, read_chunk_rows
@@ -155,53 +154,6 @@ def _valid(self: DecodedCache, key, info) -> bool:
     a = info.arrays[key]
     return tuple(m.shape) == tuple(a.shape) and m.dtype == np.dtype(a.dtype)
 
-# %% ../nbs/02b_cache.ipynb #3642f33d
-@patch
-def build(self: DecodedCache, keys, progress: bool = True) -> "DecodedCache":
-    """Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its
-    files)."""
-    info = self._info()
-    for k in keys:
-        if k not in info.arrays:
-            raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
-    if all(self._valid(k, info) for k in keys): return self
-    writable = existing_parent(self.cache_dir)
-    if not os.access(writable, os.W_OK):
-        raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set "
-                         "task.dataset.cache_dir or $DPT_CACHE_DIR to a writable disk, or use "
-                         "task.dataset.storage=chunks")
-    self.cache_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(self.cache_dir / f".{self.dir.name}.lock", "a+")
-    try:
-        try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if progress: print(f"cache: waiting for another process building {self.dir}", flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        self.dir.mkdir(exist_ok=True)
-        for stale in self.dir.glob(".*.tmp-*"):             # left by a killed builder
-            stale.unlink(missing_ok=True)
-        todo = [k for k in keys if not self._valid(k, info)]
-        if not todo: return self
-        for k, (now, want) in self.damaged(todo).items():
-            print(f"cache: {self.file(k)} is {now} bytes, it was built with {want} (changed after it was built): "
-                  "rebuilding it", flush=True)
-        need = sum(info.arrays[k].nbytes for k in todo)
-        free = shutil.disk_usage(self.dir).free
-        if need + (16 << 20) > free:
-            raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
-                             f"{_fmt_bytes(need)} but only {_fmt_bytes(free)} is free there; free space, point "
-                             "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use "
-                             "task.dataset.storage=chunks")
-        from tqdm.auto import tqdm
-        bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
-        t0 = time.perf_counter()
-        self._decode(todo, info, bar)
-        bar.close()
-        self._write_manifest(info, todo, time.perf_counter() - t0, need)
-    finally:
-        lock.close()                                         # closing releases the lock
-    return self
-
 # %% ../nbs/02b_cache.ipynb #402ffa33
 @patch
 def _decode(self: DecodedCache, todo, info, bar):
@@ -267,6 +219,53 @@ def open(self: DecodedCache, key) -> np.memmap:
 @patch
 def __repr__(self: DecodedCache): return f"DecodedCache({self.store.name} → {self.dir})"
 
+# %% ../nbs/02b_cache.ipynb #3642f33d
+@patch
+def build(self: DecodedCache, keys, progress: bool = True) -> "DecodedCache":
+    """Decode the missing `keys` (one builder per store at a time; the others wait on the lock, then reuse its
+    files)."""
+    info = self._info()
+    for k in keys:
+        if k not in info.arrays:
+            raise CacheError(f"{self.store}: no data/{k} to cache (it has {', '.join(info.keys)})")
+    if all(self._valid(k, info) for k in keys): return self
+    writable = existing_parent(self.cache_dir)
+    if not os.access(writable, os.W_OK):
+        raise CacheError(f"{self.cache_dir}: the cache folder is not writable ({writable}); set "
+                         "task.dataset.cache_dir or $DPT_CACHE_DIR to a writable disk, or use "
+                         "task.dataset.storage=chunks")
+    self.cache_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(self.cache_dir / f".{self.dir.name}.lock", "a+")
+    try:
+        try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress: print(f"cache: waiting for another process building {self.dir}", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        self.dir.mkdir(exist_ok=True)
+        for stale in self.dir.glob(".*.tmp-*"):             # left by a killed builder
+            stale.unlink(missing_ok=True)
+        todo = [k for k in keys if not self._valid(k, info)]
+        if not todo: return self
+        for k, (now, want) in self.damaged(todo).items():
+            print(f"cache: {self.file(k)} is {now} bytes, it was built with {want} (changed after it was built): "
+                  "rebuilding it", flush=True)
+        need = sum(info.arrays[k].nbytes for k in todo)
+        free = shutil.disk_usage(self.dir).free
+        if need + (16 << 20) > free:
+            raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
+                             f"{_fmt_bytes(need)} but only {_fmt_bytes(free)} is free there; free space, point "
+                             "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk, or use "
+                             "task.dataset.storage=chunks")
+        from tqdm.auto import tqdm
+        bar = tqdm(total=need, unit="B", unit_scale=True, desc=f"cache {self.store.name}", disable=not progress)
+        t0 = time.perf_counter()
+        self._decode(todo, info, bar)
+        bar.close()
+        self._write_manifest(info, todo, time.perf_counter() - t0, need)
+    finally:
+        lock.close()                                         # closing releases the lock
+    return self
+
 # %% ../nbs/02b_cache.ipynb #c0e28965
 def memory_budget() -> int:
     "Bytes this process may still fill: available RAM, capped by its cgroup's memory limit (v1 or v2) where one is set."
@@ -306,7 +305,7 @@ def populate(arrays, background: bool = True) -> threading.Thread | None:
     if not background: th.join()
     return th
 
-def cache_list(cache_dir=None) -> pd.DataFrame:
+def cache_list(cache_dir=None):   # a pandas DataFrame
     """One row per cache entry: store, keys, size on disk, whether the store still matches (`current`), its `state`
     (current, stale: the store changed, damaged: a cached file changed), last build."""
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
@@ -324,6 +323,7 @@ def cache_list(cache_dir=None) -> pd.DataFrame:
         state = f"damaged ({', '.join(bad)})" if bad else "current" if current else "stale"
         rows.append(dict(entry=d.name, store=store, keys=",".join(sorted(m.get("keys", {}))), bytes=size,
                          size=_fmt_bytes(size), current=current and not bad, state=state, built=last.get("at", "")))
+    import pandas as pd   # where a table is made: every rank imports this module
     return pd.DataFrame(rows, columns=["entry", "store", "keys", "bytes", "size", "current", "state", "built"])
 
 # %% ../nbs/02b_cache.ipynb #4a916a91

@@ -318,7 +318,7 @@ def bundled_data() -> Path | None:
 # prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise
 # (prediction_type=epsilon)
 DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8",
-              "policy.prediction_type=sample"]
+              "policy.prediction_type=sample", "policy.action_repr=relative", "policy.obs_repr=relative"]
 
 def _demo_merge(out: Path, data, progress: bool):
     """Demo step 1: merge the bundled task stores (or sample ones, for an installed package) and show the episodes per
@@ -421,7 +421,8 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     n = dev.nprocs
     small = config == "test"
     print(f"action dimension {info.action_dim} → {chosen}.yaml" + (f"; training the '{config}' model size for the demo"
-          + (" (U-Net [64, 128], predicting the clean action)" if small else "") if config != chosen else ""))
+          + (" (U-Net [64, 128], predicting the clean action relative to the current joint state)" if small
+             else "") if config != chosen else ""))
     print(dev.note or f"GPUs {dev.ids} with {dev.backend}")
     base = [f"dataloader.batch_size={batch}", "scaling.keep_effective_batch_size=false", "task.dataset.val_ratio=0.15"]
     base += DEMO_MODEL if small else []

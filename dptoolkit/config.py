@@ -9,7 +9,6 @@ from dataclasses import dataclass, asdict
 from importlib import resources
 from pathlib import Path
 
-import pandas as pd
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from fastcore.basics import patch
@@ -17,7 +16,7 @@ from fastcore.basics import patch
 from .store import StoreError, describe
 
 # %% auto #0
-__all__ = ['DIM_CONFIGS', 'ConfigError', 'config_dir', 'available_configs', 'select_config', 'apply_overrides', 'check_config',
+__all__ = ['DIM_CONFIGS', 'ConfigError', 'config_dir', 'available_configs', 'select_config', 'check_config', 'apply_overrides',
            'load_config', 'store_cameras', 'for_store', 'Plan', 'plan', 'Devices', 'resolve_devices', 'ConfigForm',
            'config_form']
 
@@ -59,6 +58,7 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
             "policy.sampler": ("ddpm", "ddim"), "ddp.backend": ("auto", "nccl", "gloo"),
             "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"),
             "policy.prediction_type": ("epsilon", "sample"),
+            "policy.action_repr": ("absolute", "relative"), "policy.obs_repr": ("absolute", "relative"),
             "logging.wandb.mode": ("online", "offline", "disabled"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device"),
             "training.lr_scheduler": ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts",
@@ -151,6 +151,44 @@ def _yaml_value(raw: str):
     return new
 
 
+# %% ../nbs/02_config.ipynb #713efe47
+def check_config(cfg: DictConfig):
+    "Check values with a fixed set of choices, and a few numbers that must be positive."
+    for key, choices in _CHOICES.items():
+        v = OmegaConf.select(cfg, key)
+        if v is not None and v not in choices:
+            raise ConfigError(f"{key}={v!r}: expected one of {', '.join(choices)}")
+    for key in _TRISTATE:
+        v = OmegaConf.select(cfg, key)
+        if v is not None and v not in (True, False, "auto"):
+            raise ConfigError(f"{key}={v!r}: expected true, false or auto")
+    for key in _AUTO_OR_INT:
+        v = OmegaConf.select(cfg, key)
+        if v is not None and v != "auto" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ConfigError(f"{key}={v!r}: expected auto or a count (0 or more)")
+    for key, rule in _RANGES.items():
+        v = OmegaConf.select(cfg, key, default=_MISSING)
+        if v is not _MISSING: _check_range(key, v, rule)
+    tw = OmegaConf.select(cfg, "task.dataset.task_weights", default=None)
+    if tw is not None and not isinstance(tw, DictConfig):
+        raise ConfigError(f"task.dataset.task_weights={tw!r}: expected a mapping task name (or index) → weight, e.g. "
+                          "{beat_block_hammer: 2, handover_block: 1}")
+    for k, v in (tw or {}).items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"task.dataset.task_weights.{k}={v!r}: expected a number ≥ 0")
+    import signal
+    for name in OmegaConf.select(cfg, "training.stop_signals", default=None) or []:
+        if not str(name).startswith("SIG") or not isinstance(getattr(signal, str(name), None), signal.Signals):
+            raise ConfigError(f"training.stop_signals: {name!r} is not a signal name (e.g. SIGTERM, SIGUSR1)")
+    if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
+        raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed "
+                          f"horizon={cfg.horizon}")
+    obs = list(OmegaConf.select(cfg, "task.dataset.obs_keys", default=None) or [])
+    for k in OmegaConf.select(cfg, "policy.obs_encoder.aux_keys", default=None) or []:
+        if k not in obs:   # the store's values are the targets: the dataset must load them
+            raise ConfigError(f"policy.obs_encoder.aux_keys names {k!r}, which task.dataset.obs_keys does not load "
+                              f"({', '.join(obs)}); add it there (the policy predicts it, it never reads it)")
+
 # %% ../nbs/02_config.ipynb #82e31deb
 _PADS = {"n_obs_steps": "pad_before", "n_action_steps": "pad_after"}
 
@@ -200,44 +238,6 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
     _derive_pads(cfg, given)
     check_config(cfg)
     return cfg
-
-# %% ../nbs/02_config.ipynb #713efe47
-def check_config(cfg: DictConfig):
-    "Check values with a fixed set of choices, and a few numbers that must be positive."
-    for key, choices in _CHOICES.items():
-        v = OmegaConf.select(cfg, key)
-        if v is not None and v not in choices:
-            raise ConfigError(f"{key}={v!r}: expected one of {', '.join(choices)}")
-    for key in _TRISTATE:
-        v = OmegaConf.select(cfg, key)
-        if v is not None and v not in (True, False, "auto"):
-            raise ConfigError(f"{key}={v!r}: expected true, false or auto")
-    for key in _AUTO_OR_INT:
-        v = OmegaConf.select(cfg, key)
-        if v is not None and v != "auto" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-            raise ConfigError(f"{key}={v!r}: expected auto or a count (0 or more)")
-    for key, rule in _RANGES.items():
-        v = OmegaConf.select(cfg, key, default=_MISSING)
-        if v is not _MISSING: _check_range(key, v, rule)
-    tw = OmegaConf.select(cfg, "task.dataset.task_weights", default=None)
-    if tw is not None and not isinstance(tw, DictConfig):
-        raise ConfigError(f"task.dataset.task_weights={tw!r}: expected a mapping task name (or index) → weight, e.g. "
-                          "{beat_block_hammer: 2, handover_block: 1}")
-    for k, v in (tw or {}).items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise ConfigError(f"task.dataset.task_weights.{k}={v!r}: expected a number ≥ 0")
-    import signal
-    for name in OmegaConf.select(cfg, "training.stop_signals", default=None) or []:
-        if not str(name).startswith("SIG") or not isinstance(getattr(signal, str(name), None), signal.Signals):
-            raise ConfigError(f"training.stop_signals: {name!r} is not a signal name (e.g. SIGTERM, SIGUSR1)")
-    if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
-        raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed "
-                          f"horizon={cfg.horizon}")
-    obs = list(OmegaConf.select(cfg, "task.dataset.obs_keys", default=None) or [])
-    for k in OmegaConf.select(cfg, "policy.obs_encoder.aux_keys", default=None) or []:
-        if k not in obs:   # the store's values are the targets: the dataset must load them
-            raise ConfigError(f"policy.obs_encoder.aux_keys names {k!r}, which task.dataset.obs_keys does not load "
-                              f"({', '.join(obs)}); add it there (the policy predicts it, it never reads it)")
 
 # %% ../nbs/02_config.ipynb #b9e3d549
 def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
@@ -354,7 +354,8 @@ class Plan:
     warmup_steps: int
     keep_effective_batch_size: bool
 
-    def table(self) -> pd.DataFrame:
+    def table(self):   # a pandas DataFrame
+        import pandas as pd   # where a table is made: every rank imports this module
         return pd.DataFrame({"value": {k: v for k, v in asdict(self).items()}})
     def __str__(self):
         return (f"world size {self.world_size}: {self.per_device_batch}/device × {self.world_size} × accum "

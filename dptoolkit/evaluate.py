@@ -28,10 +28,10 @@ class EvalError(ValueError):
 
 def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
     "(policy, cfg) of a run folder: the EMA weights (or the online ones with `ema=False`) of its latest checkpoint."
-    from dptoolkit.interop import InteropError, policy_from_weights, run_config
-    from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
+    from dptoolkit.interop import policy_from_weights
+    from dptoolkit.checkpoint import TrainError, latest_checkpoint, load_checkpoint, run_config
     try: cfg = run_config(run_dir)
-    except InteropError as e: raise EvalError(str(e)) from None
+    except TrainError as e: raise EvalError(str(e)) from None
     if checkpoint is None and not (Path(run_dir) / "checkpoints" / "latest").exists():
         raise EvalError(f"{run_dir}: no checkpoint to evaluate yet (checkpoints/latest is missing): the run has not "
                         "saved one; evaluate it after its first checkpoint (training.checkpoint_every) or when it ends")

@@ -15,12 +15,13 @@ from .config import DIM_CONFIGS, load_config
 from .normalize import Normalizer
 from .policy import DiffusionPolicy, obs_shapes
 from .store import describe
-from .checkpoint import _tensor_bytes, latest_checkpoint, load_checkpoint, load_weights, write_checkpoint
+from .checkpoint import (_tensor_bytes, latest_checkpoint, load_checkpoint, load_weights, run_config,
+                                  write_checkpoint)
 
 # %% auto #0
 __all__ = ['ROBOTWIN_CAMERAS', 'InteropError', 'dp_key', 'store_key', 'dp_state_dict', 'from_dp_state_dict', 'dp_config',
-           'config_from_dp', 'run_config', 'policy_from_weights', 'dp_param_keys', 'dp_optimizer_state',
-           'from_dp_optimizer_state', 'export', 'read_dp_checkpoint', 'import_checkpoint']
+           'config_from_dp', 'policy_from_weights', 'dp_param_keys', 'dp_optimizer_state', 'from_dp_optimizer_state',
+           'export', 'read_dp_checkpoint', 'import_checkpoint']
 
 # %% ../nbs/10_interop.ipynb #1d5ba996
 class InteropError(ValueError):
@@ -154,6 +155,11 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
     if shapes and any(len(s) == 3 for s in shapes.values()) and E.get("pool", "avg") != "avg":
         raise InteropError(f"policy.obs_encoder.pool={E.pool}: diffusion_policy's MultiImageObsEncoder pools ResNet "
                            "features by their average only; only pool=avg models can be exported")
+    reprs = {k: OmegaConf.select(cfg, f"policy.{k}", default="absolute") for k in ("action_repr", "obs_repr")}
+    if "relative" in reprs.values():
+        raise InteropError(", ".join(f"policy.{k}={v}" for k, v in reprs.items()) + ": diffusion_policy and RoboTwin "
+                           "have no relative representation (their code would read these offsets as joint positions); "
+                           "only absolute policies can be exported")
     if list(E.get("aux_keys") or []):
         raise InteropError(f"policy.obs_encoder.aux_keys={list(E.aux_keys)}: diffusion_policy's encoder has no "
                            "prediction head (its condition would lack those features); only models without aux_keys "
@@ -241,14 +247,6 @@ def config_from_dp(dp_cfg, data=None) -> DictConfig:
     return cfg
 
 # %% ../nbs/10_interop.ipynb #479f5867
-def run_config(run_dir) -> DictConfig:
-    "The resolved config a run folder was trained with (`config.yaml`, without its `run` section)."
-    p = Path(run_dir) / "config.yaml"
-    if not p.is_file(): raise InteropError(f"{run_dir}: not a run folder (no config.yaml)")
-    cfg = OmegaConf.load(p)
-    if "run" in cfg: cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "run"])
-    return cfg
-
 def policy_from_weights(cfg, sd: dict, source="checkpoint"):
     "A `DiffusionPolicy` built from `cfg` holding the weights `sd` (its normalizer comes from `sd`)."
     norm = Normalizer.from_state_dict({k[len("normalizer."):]: v for k, v in sd.items() if k.startswith("normalizer.")})

@@ -16,7 +16,7 @@ from .cache import default_cache_dir, store_identity
 from .store import open_store, read_chunk_rows
 
 # %% auto #0
-__all__ = ['stats_file', 'Normalizer']
+__all__ = ['stats_file', 'Normalizer', 'offset_stats']
 
 # %% ../nbs/03a_normalize.ipynb #7838e61e
 def stats_file(store, cache_dir=None) -> Path:
@@ -66,10 +66,11 @@ class Normalizer(nn.Module):
         for k, st in (stats or {}).items(): self.add(k, *st)
 
     @classmethod
-    def from_store(cls, path, keys, cache: bool = True, cache_dir=None):
+    def from_store(cls, path, keys, cache: bool = True, cache_dir=None, offsets: dict | None = None):
         """Fit on `data/<key>` of a store, streaming chunk by chunk (min, max, mean and unbiased std per dimension).
         With `cache`, the statistics are kept beside the decoded cache (`stats_file`) under the store's identity: a
         second run on the same store reads them instead of a pass over it, and a store that changed is read again.
+        `offsets` ({name: (key, ref, lags)}, `offset_stats`) adds entries for offsets from the current step.
         `.source` says which."""
         path, stats, f = str(path), {}, stats_file(path, cache_dir) if cache else None
         if f is not None and f.exists():
@@ -77,8 +78,12 @@ class Normalizer(nn.Module):
             except (OSError, ValueError): stats = {}
         missing = [k for k in keys if k not in stats]
         if missing: stats.update(_fit_stats(path, missing))
+        spec = {name: f"{name}:{k}-{ref}@{min(lags)}..{max(lags)}" for name, (k, ref, lags) in (offsets or {}).items()}
+        todo = [name for name in spec if spec[name] not in stats]
+        for name in todo: stats[spec[name]] = offset_stats(path, *offsets[name])
+        missing += todo
         if f is not None and missing: _write_stats(f, stats)
-        norm = cls({k: stats[k] for k in keys})
+        norm = cls({**{k: stats[k] for k in keys}, **{name: stats[spec[name]] for name in spec}})
         norm.source = (f"statistics cached in {f}" if f is not None and not missing else
                        f"statistics computed ({', '.join(missing)})" + (f", cached in {f}" if f is not None else ""))
         return norm
@@ -126,3 +131,27 @@ def normalize(self: Normalizer, key, x):
 def unnormalize(self: Normalizer, key, y):
     "The exact inverse of `normalize`: back to the data's units."
     return (y - getattr(self, f"offset_{key}")) / getattr(self, f"scale_{key}")
+
+# %% ../nbs/03a_normalize.ipynb #735b463d
+def offset_stats(path, key: str, ref: str, lags) -> tuple:
+    """(min, max, mean, std) per dimension of `key[t + k] - ref[t]` over every `k` in `lags` and every step `t` with
+    `t + k` in the same episode."""
+    g = open_store(path)
+    a, r = g[f"data/{key}"], g[f"data/{ref}"]
+    if a.shape[1:] != r.shape[1:]:
+        raise ValueError(f"{path}: data/{key} {list(a.shape[1:])} and data/{ref} {list(r.shape[1:])}: an offset "
+                         "needs the same width")
+    A = np.asarray(read_chunk_rows(path, f"data/{key}", a, 0, a.shape[0]), dtype=np.float64)
+    Rf = A if ref == key else np.asarray(read_chunk_rows(path, f"data/{ref}", r, 0, r.shape[0]), dtype=np.float64)
+    lo = hi = None
+    s1, s2, n, start = 0.0, 0.0, 0, 0
+    for end in np.asarray(g["meta/episode_ends"][:], dtype=np.int64):
+        for k in lags:
+            if abs(k) >= end - start: continue
+            d = A[start + k:end] - Rf[start:end - k] if k >= 0 else A[start:end + k] - Rf[start - k:end]
+            lo = d.min(0) if lo is None else np.minimum(lo, d.min(0))
+            hi = d.max(0) if hi is None else np.maximum(hi, d.max(0))
+            s1, s2, n = s1 + d.sum(0), s2 + (d * d).sum(0), n + len(d)
+        start = int(end)
+    mean = s1 / max(n, 1)
+    return lo, hi, mean, np.sqrt(np.maximum(s2 - n * mean * mean, 0) / max(n - 1, 1))

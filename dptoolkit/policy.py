@@ -13,13 +13,14 @@ from torch import nn
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from fastcore.basics import patch
+from omegaconf import OmegaConf
 
 from .normalize import Normalizer
 
 # %% auto #0
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'POOLS', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
            'Upsample1d', 'ConditionalUnet1D', 'PolicyError', 'load_weights', 'replace_batchnorm', 'SpatialSoftmax',
-           'resnet18', 'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy']
+           'resnet18', 'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy', 'offset_specs']
 
 # %% ../nbs/04_policy.ipynb #e343b199
 class SinusoidalPosEmb(nn.Module):
@@ -358,7 +359,8 @@ class DiffusionPolicy(nn.Module):
                  obs_encoder: dict | None = None,  # ObsEncoder options (backbone, crop_shape, ...)
                  down_dims=(256, 512, 1024), kernel_size=5, n_groups=8, diffusion_step_embed_dim=128,
                  num_train_timesteps=100, num_inference_steps=100, beta_schedule="squaredcos_cap_v2",
-                 prediction_type="epsilon", sampler="ddpm"):
+                 prediction_type="epsilon", sampler="ddpm", action_repr="absolute", obs_repr="absolute",
+                 relative_key=None):
         super().__init__()
         bad = {k: s for k, s in obs_shapes.items() if len(s) not in (1, 3)}
         if bad: raise PolicyError(f"observation shapes {bad}: expected [D] (low-dim) or [3, H, W] (camera)")
@@ -380,6 +382,8 @@ class DiffusionPolicy(nn.Module):
         self.register_buffer("alphas_cumprod", self.noise_scheduler.alphas_cumprod.clone(), persistent=False)
         self.sample_scheduler = DDIMScheduler(**sched) if sampler == "ddim" else DDPMScheduler(**sched)
         self.num_inference_steps, self.prediction_type = num_inference_steps, prediction_type
+        self.action_repr, self.obs_repr = action_repr, obs_repr
+        self.relative_key = _relative_key(self, relative_key) if "relative" in (action_repr, obs_repr) else None
 
     @classmethod
     def from_config(cls, cfg, normalizer=None):
@@ -391,7 +395,8 @@ class DiffusionPolicy(nn.Module):
                    normalizer=normalizer, obs_encoder=enc, down_dims=tuple(p.down_dims), kernel_size=p.kernel_size,
                    n_groups=p.n_groups, diffusion_step_embed_dim=p.diffusion_step_embed_dim,
                    num_train_timesteps=p.num_train_timesteps, num_inference_steps=p.num_inference_steps,
-                   beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler)
+                   beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler,
+                   **{k: OmegaConf.select(p, k, default=v) for k, v in _REPR_DEFAULTS.items()})
 
     @torch.no_grad()
     def predict_action(self, obs: dict, generator=None, num_inference_steps=None) -> dict:
@@ -404,7 +409,7 @@ class DiffusionPolicy(nn.Module):
         for t in s.timesteps:
             out = self.model(x, t.to(cond.device).expand(B), cond)
             x = s.step(out, t, x, generator=generator).prev_sample
-        if "action" in self.normalizer.keys: x = self.normalizer.unnormalize("action", x)
+        x = self.to_action(x, obs)
         start = self.n_obs_steps - 1
         return {"action_pred": x, "action": x[:, start:start + self.n_action_steps]}
 
@@ -416,7 +421,10 @@ def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None, aux
     To, flat, B = self.n_obs_steps, {}, None
     for k in self.low_dim_keys:
         x = obs[k][:, :To].float()
-        if k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
+        if k == self.relative_key and self.obs_repr == "relative":   # the history as offsets from the current value
+            x = x - x[:, -1:]
+            if f"{k}_rel" in self.normalizer.keys: x = self.normalizer.normalize(f"{k}_rel", x)
+        elif k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
         B = x.shape[0]
         flat[k] = x.reshape(-1, x.shape[-1])
     for k in self.image_keys:
@@ -471,8 +479,7 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
     `crops` (see `draw`) fix the random inputs, the rest is drawn from `generator` in `draw`'s order. With
     `aux_keys`, `aux_weight` × the MSE of their prediction from the cameras is added."""
     d = self.draw(batch, generator, noise, timesteps, crops)
-    action = batch["action"].float()
-    if "action" in self.normalizer.keys: action = self.normalizer.normalize("action", action)
+    action = self.from_action(batch["action"].float(), batch["obs"])
     cond = self.encode_obs(batch["obs"], crops=d["crops"], aux=bool(self.aux_keys))
     if self.aux_keys: cond, aux = cond
     noisy = self.add_noise(action, d["noise"], d["timesteps"])
@@ -486,3 +493,53 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
 def forward(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None):
     "The training loss (`compute_loss`): what DDP and `torch.compile` wrap."
     return self.compute_loss(batch, generator, noise, timesteps, crops)
+
+# %% ../nbs/04_policy.ipynb #6caf086a
+_REPR_DEFAULTS = dict(action_repr="absolute", obs_repr="absolute", relative_key=None)
+
+def _relative_key(policy, key=None) -> str:
+    "The low-dim key actions and history are relative to: `key`, or the one low-dim key of the action's width."
+    low = policy.obs_encoder.low_dim
+    if key is not None:
+        if low.get(key) != policy.action_dim:
+            raise PolicyError(f"policy.relative_key={key!r}: expected a low-dim observation key of width "
+                              f"{policy.action_dim} (the action's); the policy reads {low}")
+        return key
+    same = [k for k, w in low.items() if w == policy.action_dim and k not in policy.aux_keys]
+    if len(same) != 1:
+        raise PolicyError(f"policy.action_repr / obs_repr relative: {'no' if not same else 'more than one'} low-dim "
+                          f"observation key of width {policy.action_dim} (the action's) among {low}; "
+                          + ("add the joint state to task.dataset.obs_keys" if not same
+                             else f"name one with policy.relative_key (one of {', '.join(same)})"))
+    return same[0]
+
+def offset_specs(cfg) -> dict:
+    """The offsets a config's policy normalizes ({normalizer key: (store key, reference key, lags)}, for
+    `Normalizer.from_store(..., offsets=)`): actions over the window's lags, the history over the observed ones."""
+    get = lambda k: OmegaConf.select(cfg, f"policy.{k}", default=_REPR_DEFAULTS[k])
+    if "relative" not in (get("action_repr"), get("obs_repr")): return {}
+    with torch.device("meta"): rk = DiffusionPolicy.from_config(cfg).relative_key
+    To, H, out = int(cfg.n_obs_steps), int(cfg.horizon), {}
+    if get("action_repr") == "relative":
+        out["action_rel"] = (cfg.task.dataset.action_key, rk, range(1 - To, H - To + 1))
+    if get("obs_repr") == "relative": out[f"{rk}_rel"] = (rk, rk, range(1 - To, 1))
+    return out
+
+@patch
+def from_action(self: DiffusionPolicy, action, obs) -> torch.Tensor:
+    "Actions in the data's units (B, horizon, D) → what the denoiser predicts: normalized, relative where asked."
+    key = "action"
+    if self.action_repr == "relative":
+        To = self.n_obs_steps
+        action, key = action - obs[self.relative_key][:, To - 1:To].float(), "action_rel"
+    return self.normalizer.normalize(key, action) if key in self.normalizer.keys else action
+
+@patch
+def to_action(self: DiffusionPolicy, x, obs) -> torch.Tensor:
+    "The inverse of `from_action`: the denoiser's output → actions in the data's units."
+    key = "action_rel" if self.action_repr == "relative" else "action"
+    if key in self.normalizer.keys: x = self.normalizer.unnormalize(key, x)
+    if self.action_repr == "relative":
+        To = self.n_obs_steps
+        x = x + obs[self.relative_key][:, To - 1:To].float().to(x.device)
+    return x

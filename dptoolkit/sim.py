@@ -241,7 +241,7 @@ def _worker_init(parent: int):
         import torch
         torch.set_num_threads(1)
     except ImportError: pass
-    from dptoolkit.train import register_rank   # CPU runs on this machine leave this worker its core
+    from dptoolkit.cores import register_rank   # CPU runs on this machine leave this worker its core
     register_rank(os.environ.get("DPT_ROLLOUT_RUN", ""), 1, kind="worker")
 
 def _workers(workers) -> int:

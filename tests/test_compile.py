@@ -76,7 +76,7 @@ def test_auto_falls_back_to_eager(camera_store, tmp_path, capsys):
     """`compile: auto` with a failing self-check trains eagerly (and says so): losses equal the eager run's. `auto` only
     compiles on CUDA, so the fallback is driven here through `compile_checked` with the run's own pieces."""
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.train import compile_checked
+    from dptoolkit.parallelize import compile_checked
     cfg = _cfg(camera_store, tmp_path / "run")
     from dptoolkit.dataset import SequenceDataset
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ from conftest import dpt
 
 
 def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
-    "The default demo (issue 17): the loss falls by half, the evaluation table ends it, the policy beats 'mean'."
+    "The default demo (issues 17, 46): the loss falls by half, the evaluation table ends it, the policy beats both baselines."
     out = tmp_path / "demo"
     r = dpt("demo", "--out", out, "--no-progress", check=0, timeout=600)
     for name in ("throughput", "speedup", "loss", "eval"):
@@ -24,9 +24,10 @@ def test_demo_learns_and_ends_with_the_evaluation(tmp_path):
     ev = json.loads((out / "eval.json").read_text())
     o = {p: {m: ev[p][m] for m in ("mse", "mae")} for p in ("policy", "hold", "mean")}    # DESIGN.md's layout
     assert o["policy"]["mse"] < o["mean"]["mse"], o                         # beats the mean-action baseline
+    assert o["policy"]["mse"] < o["hold"]["mse"], o                         # ... and holding the joint state still
     assert ev["info"]["split"] == "val" and ev["info"]["windows"] > 0
     tail = r.stdout[r.stdout.index("evaluate the 2-process run"):]
-    assert "mse / hold" in tail and "× that of predicting the mean action" in tail
+    assert "mse / hold" in tail and "× that of predicting the mean action" in tail and "it beats both." in tail
     assert "e+0" not in r.stdout                                           # plain figures, not 1.45e+03
     assert "next steps" in r.stdout and "dpt slurm" in r.stdout and "09_walkthrough" in r.stdout
     # dpt eval on the same run: the same numbers (deterministic), strict JSON, per-dimension metrics, a figure

@@ -11,7 +11,7 @@ def render(nb_path: Path) -> str:
     for c in nb["cells"]:
         src = "".join(c["source"])
         if c["cell_type"] == "markdown":
-            src = re.sub(r"\]\((\d\d_\w+)\.ipynb\)", r"](nbs/\1.ipynb)", src)   # chapter links work on the repo page
+            src = re.sub(r"\]\((\d\d[a-z]?_\w+)\.ipynb\)", r"](nbs/\1.ipynb)", src)   # chapter links work on the repo page
             out.append(src.strip())
         elif c["cell_type"] == "code":
             lines = src.splitlines()
