@@ -5,7 +5,6 @@
 # %% ../nbs/05b_guards.ipynb #d59913d5
 from __future__ import annotations
 import math
-from pathlib import Path
 
 from .checkpoint import TrainError, _last_good
 
