@@ -10,7 +10,10 @@ Each figure is the median samples/s over steady-state windows (after --warmup st
 FLOPs per sample come from `torch.utils.flop_counter` (forward + backward of one batch); "of peak" is achieved FLOP/s
 over the GPU's dense bf16 peak (known GPUs only). "learns" compares the compiled run's losses with the eager bf16 run's
 at every log step (same seed). On CPU, `--quick` runs the same rows on the small `test` config (a smoke test).
-Usage: python bench/gpu.py [--steps 300] [--batch 128] [--gb 1.5] [--store PATH] [--skip compiled,...] [--quick]
+Issue 47's families (`--families`, default U-Net + flow and transformer + flow) add `dpt train bf16 <family>` rows, eager
+and compiled, on the same camera store and batch.
+Usage: python bench/gpu.py [--steps 300] [--batch 128] [--gb 1.5] [--store PATH] [--skip compiled,...] [--families F,..]
+       [--quick]
 On the lent GPU machine (its image has torch, torchvision, safetensors, tqdm, pandas, psutil, cloudpickle but not the
 rest of our requirements): carry wheels for zarr, numcodecs, donfig, crc32c, omegaconf, antlr4-python3-runtime,
 diffusers and fastcore (the device README says how), then run this with PYTHONPATH at them and at this checkout.
@@ -110,6 +113,12 @@ def train_rows(cfg, store, a, root):
             ("dpt train bf16", ["training.mixed_precision=bf16", "training.compile=false"]),
             ("dpt train bf16 compiled", ["training.mixed_precision=bf16", "training.compile=true"]),
             ("dpt train fp32 compiled", ["training.mixed_precision=no", "training.compile=true"])]
+    sys.path.insert(0, str(Path(__file__).parent))
+    from policies import FAMILY   # issue 47's families: the same store, batch and precision
+    for fam in filter(None, a.families.split(",")):
+        runs += [(f"dpt train bf16 {fam}", ["training.mixed_precision=bf16", "training.compile=false", *FAMILY[fam]]),
+                 (f"dpt train bf16 compiled {fam}", ["training.mixed_precision=bf16", "training.compile=true",
+                                                     *FAMILY[fam]])]
     for name, ov in runs:
         if "compiled" in name and "compiled" in a.skip: continue
         if "fp32 compiled" in name and a.quick: continue
@@ -139,6 +148,8 @@ def main():
     ap.add_argument("--reps", type=int, default=30); ap.add_argument("--warm", type=int, default=5)
     ap.add_argument("--log-every", type=int, default=10); ap.add_argument("--warmup-steps", type=int, default=50)
     ap.add_argument("--skip", default="", help="comma-separated: compiled, naive, train")
+    ap.add_argument("--families", default="unet+flow,transformer+flow",
+                    help="policy families (bench/policies.py) also trained bf16, eager and compiled; '' for none")
     ap.add_argument("--quick", action="store_true", help="the small test config on a small store (CPU smoke test)")
     ap.add_argument("--json", type=Path, help="also write the table as JSON")
     a = ap.parse_args()

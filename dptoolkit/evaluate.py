@@ -17,6 +17,7 @@ from fastcore.basics import patch
 
 from .dataset import SequenceDataset, config_storage
 from .policy import DiffusionPolicy
+from .protocol import predict
 from .store import describe
 
 # %% auto #0
@@ -26,8 +27,9 @@ __all__ = ['EvalError', 'load_policy', 'EvalResult', 'evaluate']
 class EvalError(ValueError):
     "The run, store or options cannot be evaluated; the message names the culprit."
 
-def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
-    "(policy, cfg) of a run folder: the EMA weights (or the online ones with `ema=False`) of its latest checkpoint."
+def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu", policy=None):
+    """(policy, cfg) of a run folder: the EMA weights (or the online ones with `ema=False`) of its latest checkpoint.
+    `policy`: the class, for a run trained with one from a notebook cell (default: the run's `policy._target_`)."""
     from dptoolkit.interop import policy_from_weights
     from dptoolkit.checkpoint import TrainError, latest_checkpoint, load_checkpoint, run_config
     try: cfg = run_config(run_dir)
@@ -39,7 +41,7 @@ def load_policy(run_dir, checkpoint=None, ema: bool = True, device="cpu"):
     ck = load_checkpoint(where)
     use_ema = ema and ck["ema"] is not None
     policy = policy_from_weights(cfg, ck["ema"] if use_ema else ck["model"],
-                                 where / ("ema.safetensors" if use_ema else "model.safetensors"))
+                                 where / ("ema.safetensors" if use_ema else "model.safetensors"), policy=policy)
     policy.checkpoint = f"{where} ({'EMA' if use_ema else 'online'} weights)"
     return policy.to(device).eval(), cfg
 
@@ -133,6 +135,13 @@ def _windows(ds: SequenceDataset, stride: int, max_windows: int) -> np.ndarray:
     return np.asarray(out[:max_windows], dtype=np.int64)
 
 def _sampler(policy, sampler, steps):
+    "(scheduler or None, steps, name): DDPM / DDIM for the DDPM objective; a flow or other policy samples its own way."
+    if getattr(policy, "objective", None) != "ddpm" or not hasattr(policy, "sample_scheduler"):
+        own = "euler" if getattr(policy, "objective", None) == "flow" else "own"
+        if sampler not in (None, own):
+            raise EvalError(f"sampler={sampler!r}: this policy samples with {own} steps (objective "
+                            f"{getattr(policy, 'objective', type(policy).__name__)}); leave sampler unset")
+        return None, steps or getattr(policy, "num_inference_steps", None), own
     cfg = policy.noise_scheduler.config
     if sampler is None:   # what the run trains with and deploys: its config's sampler and number of steps
         sampler = "ddim" if isinstance(policy.sample_scheduler, DDIMScheduler) else "ddpm"
@@ -156,7 +165,7 @@ def _predict(policy, ds, idx, batch_size, gen, n_steps, hk, progress):
     for i in tqdm(range(0, len(idx), batch_size), desc="evaluate", unit="batch", disable=not progress):
         b = ds.__getitems__(idx[i:i + batch_size])
         obs = {k: v.to(device, non_blocking=True) for k, v in b["obs"].items()}
-        out = policy.predict_action(obs, generator=gen, num_inference_steps=n_steps)["action"]
+        out = predict(policy, obs, gen, n_steps)["action"]
         preds.append(out.float().cpu().numpy())
         trues.append(b["action"][:, To - 1:To - 1 + Ta].numpy())
         if hk: holds.append(np.repeat(b["obs"][hk][:, To - 1:To].numpy(), Ta, axis=1))
@@ -174,12 +183,12 @@ def _score(pred, true, base, mask):
     return table, per_dim
 
 # %% ../nbs/12_evaluate.ipynb #25a67c36
-def _eval_data(run, store, split, device, checkpoint):
+def _eval_data(run, store, split, device, checkpoint, cls=None):
     """The policy (a run's EMA weights, or the object given) and its config (`None` for an object), the store, the
     split, the run's name, the action key and width, the training windows and the windows to score -- the split and
     the shapes checked first."""
     from dptoolkit.checkpoint import TrainError, check_store_shapes
-    if isinstance(run, DiffusionPolicy):
+    if isinstance(run, torch.nn.Module):   # any policy object (protocol chapter)
         policy, cfg, info = run.to(device).eval(), None, None
         if store is None: raise EvalError("evaluating a policy object needs store= (a replay-buffer zarr store)")
         split = split or "all"
@@ -189,7 +198,7 @@ def _eval_data(run, store, split, device, checkpoint):
         pads = (policy.n_obs_steps - 1, policy.n_action_steps - 1)
         run_name = type(policy).__name__
     else:
-        policy, cfg = load_policy(run, checkpoint, device=device)
+        policy, cfg = load_policy(run, checkpoint, device=device, policy=cls)
         store = store or cfg.task.dataset.zarr_path
         split = split or "val"
         D = cfg.task.dataset
@@ -202,7 +211,9 @@ def _eval_data(run, store, split, device, checkpoint):
     storage, cache_dir = "auto", None
     if cfg is not None:                     # the run's storage and cache folder (a device shard is a training layout)
         storage, cache_dir = config_storage(cfg, training=False), cfg.task.dataset.get("cache_dir")
-    ds = SequenceDataset(store, policy.horizon, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
+    To, Ta = policy.n_obs_steps, policy.n_action_steps
+    H = int(cfg.horizon) if cfg is not None else getattr(policy, "horizon", To + Ta - 1)
+    ds = SequenceDataset(store, H, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
                          storage=storage, cache_dir=cache_dir, info=info)
     adim = ds.shapes[action_key][0]
     if adim != policy.action_dim:
@@ -219,13 +230,14 @@ def _eval_data(run, store, split, device, checkpoint):
 # %% ../nbs/12_evaluate.ipynb #1f754afe
 def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
              sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
-             progress: bool = True) -> EvalResult:
+             progress: bool = True, policy=None) -> EvalResult:
     """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
     (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
-    default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean")."""
+    default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean").
+    `policy`: the class of a run trained with one from a notebook cell (`load_policy`)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     policy, cfg, store, split, run_name, action_key, adim, train_ds, eval_ds = _eval_data(run, store, split, device,
-                                                                                         checkpoint)
+                                                                                         checkpoint, policy)
     idx = _windows(eval_ds, policy.n_action_steps, max_windows)
     rows = eval_ds.rows[idx]
     To, Ta = policy.n_obs_steps, policy.n_action_steps
@@ -238,13 +250,14 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     mean_action = train_ds._take(action_key, tr_steps).astype(np.float64).mean(0)
     # sample
     sched, n_steps, sampler = _sampler(policy, sampler, steps)
-    old = policy.sample_scheduler
-    policy.sample_scheduler = sched
+    old = getattr(policy, "sample_scheduler", None)
+    if sched is not None: policy.sample_scheduler = sched
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     hk = _hold_key(policy, eval_ds, adim)
     try: pred, true, hold = _predict(policy, eval_ds, idx, batch_size, gen, n_steps, hk, progress)
-    finally: policy.sample_scheduler = old
+    finally:
+        if sched is not None: policy.sample_scheduler = old
     base = {"mean": np.broadcast_to(mean_action, true.shape), **({"hold": hold} if hk else {})}
     table, per_dim = _score(pred, true, base, mask)
     episode = _episode_of(rows, eval_ds)

@@ -115,7 +115,7 @@ def _dp_policy(cfg, meta: dict) -> dict:
     return {"_target_": "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy",
             "shape_meta": meta, "noise_scheduler": scheduler, "obs_encoder": encoder,
             "horizon": int(cfg.horizon), "n_action_steps": int(cfg.n_action_steps), "n_obs_steps": int(cfg.n_obs_steps),
-            "num_inference_steps": int(P.num_inference_steps), "obs_as_global_cond": True,
+            "num_inference_steps": int(P.num_inference_steps or P.num_train_timesteps), "obs_as_global_cond": True,
             "diffusion_step_embed_dim": int(P.diffusion_step_embed_dim), "down_dims": list(P.down_dims),
             "kernel_size": int(P.kernel_size), "n_groups": int(P.n_groups), "cond_predict_scale": True}
 
@@ -147,6 +147,16 @@ def _dp_training(cfg, task: str, adim: int) -> dict:
 # %% ../nbs/10_interop.ipynb #28f4ea36
 def dp_config(cfg, task_name: str | None = None) -> DictConfig:
     "RoboTwin's full `robot_dp_<dim>` config (`_target_`s included, values resolved) for a dptoolkit config."
+    target = OmegaConf.select(cfg, "policy._target_", default=None)
+    if target and target != "dptoolkit.policy.DiffusionPolicy":
+        raise InteropError(f"policy._target_={target}: diffusion_policy and RoboTwin load their own U-Net policy only; "
+                           "another policy class cannot be exported")
+    fam = {k: OmegaConf.select(cfg, f"policy.{k}", default=d) for k, d in (("denoiser", "unet"), ("objective", "ddpm"))}
+    if fam != {"denoiser": "unet", "objective": "ddpm"}:
+        raise InteropError(f"policy.denoiser={fam['denoiser']}, policy.objective={fam['objective']}: "
+                           "diffusion_policy's and RoboTwin's code loads a U-Net trained with DDPM "
+                           "(DiffusionUnetImagePolicy); only "
+                           "denoiser=unet, objective=ddpm policies can be exported")
     shapes = obs_shapes(cfg)
     E, D = cfg.policy.obs_encoder, cfg.task.dataset
     if shapes and any(len(s) == 3 for s in shapes.values()) and E.backbone != "resnet18":
@@ -247,10 +257,12 @@ def config_from_dp(dp_cfg, data=None) -> DictConfig:
     return cfg
 
 # %% ../nbs/10_interop.ipynb #479f5867
-def policy_from_weights(cfg, sd: dict, source="checkpoint"):
-    "A `DiffusionPolicy` built from `cfg` holding the weights `sd` (its normalizer comes from `sd`)."
+def policy_from_weights(cfg, sd: dict, source="checkpoint", policy=None):
+    """The run's policy (`DiffusionPolicy`, `policy._target_`, or the class `policy`) built from `cfg` holding the
+    weights `sd` (its normalizer comes from `sd`)."""
+    from dptoolkit.protocol import build_policy
     norm = Normalizer.from_state_dict({k[len("normalizer."):]: v for k, v in sd.items() if k.startswith("normalizer.")})
-    policy = DiffusionPolicy.from_config(cfg, normalizer=norm)
+    policy = build_policy(cfg, normalizer=norm, policy=policy)
     load_weights(policy, sd, source)
     return policy
 

@@ -174,8 +174,9 @@ def _val_loss(model, ds, bs, device, autocast, seed, max_batches=10):
     losses = []
     for i in range(0, min(len(ds), bs * max_batches), bs):
         with autocast():
-            losses.append(model.compute_loss(_to(ds.__getitems__(list(range(i, min(i + bs, len(ds))))), device),
-                                             g).item())
+            b = _to(ds.__getitems__(list(range(i, min(i + bs, len(ds))))), device)
+            b.pop("task", None)
+            losses.append(model(b, **(model.draw(b, g) or {})).item())
     return float(np.mean(losses))
 
 # %% ../nbs/05d_metrics.ipynb #2042cc55

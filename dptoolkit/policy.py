@@ -15,7 +15,9 @@ from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from fastcore.basics import patch
 from omegaconf import OmegaConf
 
+from .flow import euler_sample, flow_noisy, flow_target, flow_time
 from .normalize import Normalizer
+from .transformer import TransformerDenoiser, param_groups
 
 # %% auto #0
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'POOLS', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
@@ -358,9 +360,9 @@ class DiffusionPolicy(nn.Module):
     def __init__(self, action_dim, obs_shapes: dict, horizon=8, n_obs_steps=3, n_action_steps=6, *, normalizer=None,
                  obs_encoder: dict | None = None,  # ObsEncoder options (backbone, crop_shape, ...)
                  down_dims=(256, 512, 1024), kernel_size=5, n_groups=8, diffusion_step_embed_dim=128,
-                 num_train_timesteps=100, num_inference_steps=100, beta_schedule="squaredcos_cap_v2",
+                 num_train_timesteps=100, num_inference_steps=None, beta_schedule="squaredcos_cap_v2",
                  prediction_type="epsilon", sampler="ddpm", action_repr="absolute", obs_repr="absolute",
-                 relative_key=None):
+                 relative_key=None, objective="ddpm", denoiser="unet", transformer: dict | None = None):
         super().__init__()
         bad = {k: s for k, s in obs_shapes.items() if len(s) not in (1, 3)}
         if bad: raise PolicyError(f"observation shapes {bad}: expected [D] (low-dim) or [3, H, W] (camera)")
@@ -371,8 +373,15 @@ class DiffusionPolicy(nn.Module):
         self.low_dim_keys, self.image_keys = self.obs_encoder.low_dim_keys, self.obs_encoder.rgb_keys
         self.aux_keys = list(self.obs_encoder.aux)   # predicted from the cameras: read in training only, as targets
         self.obs_dim = sum(self.obs_encoder.low_dim.values())
-        self.model = ConditionalUnet1D(action_dim, n_obs_steps * self.obs_encoder.output_dim, diffusion_step_embed_dim,
-                                       tuple(down_dims), kernel_size, n_groups)
+        for name, v, ok in (("objective", objective, ("ddpm", "flow")),
+                            ("denoiser", denoiser, ("unet", "transformer"))):
+            if v not in ok: raise PolicyError(f"policy.{name}={v!r}: expected one of {', '.join(ok)}")
+        self.objective, self.denoiser = objective, denoiser
+        if denoiser == "unet":
+            self.model = ConditionalUnet1D(action_dim, n_obs_steps * self.obs_encoder.output_dim,
+                                           diffusion_step_embed_dim, tuple(down_dims), kernel_size, n_groups)
+        else: self.model = TransformerDenoiser(action_dim, horizon, n_obs_steps, self.obs_encoder.output_dim,
+                                               **(transformer or {}))
         self.normalizer = normalizer if normalizer is not None else Normalizer()
         sched = dict(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule,
                      prediction_type=prediction_type,
@@ -381,7 +390,9 @@ class DiffusionPolicy(nn.Module):
         # ᾱ_t as a (non-persistent) buffer: it moves with the model, so the loss never copies it to the device
         self.register_buffer("alphas_cumprod", self.noise_scheduler.alphas_cumprod.clone(), persistent=False)
         self.sample_scheduler = DDIMScheduler(**sched) if sampler == "ddim" else DDPMScheduler(**sched)
-        self.num_inference_steps, self.prediction_type = num_inference_steps, prediction_type
+        self.num_inference_steps = num_inference_steps or (10 if objective == "flow" else num_train_timesteps)
+        self.prediction_type = prediction_type
+        self.time_scale = float(num_train_timesteps)   # flow's t in [0, 1] → the time embedding's DDPM range
         self.action_repr, self.obs_repr = action_repr, obs_repr
         self.relative_key = _relative_key(self, relative_key) if "relative" in (action_repr, obs_repr) else None
 
@@ -396,22 +407,31 @@ class DiffusionPolicy(nn.Module):
                    n_groups=p.n_groups, diffusion_step_embed_dim=p.diffusion_step_embed_dim,
                    num_train_timesteps=p.num_train_timesteps, num_inference_steps=p.num_inference_steps,
                    beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler,
-                   **{k: OmegaConf.select(p, k, default=v) for k, v in _REPR_DEFAULTS.items()})
+                   **{k: OmegaConf.select(p, k, default=v) for k, v in _REPR_DEFAULTS.items()},
+                   objective=OmegaConf.select(p, "objective", default="ddpm"),
+                   denoiser=OmegaConf.select(p, "denoiser", default="unet"),
+                   transformer=dict(OmegaConf.select(p, "transformer", default=None) or {}))
 
-    @torch.no_grad()
-    def predict_action(self, obs: dict, generator=None, num_inference_steps=None) -> dict:
-        "Sample actions: {'action_pred': (B, horizon, D), 'action': the n_action_steps to execute}."
-        cond = self.encode_obs(obs)
-        B = cond.shape[0]
-        x = torch.randn((B, self.horizon, self.action_dim), device=cond.device, generator=generator)
+
+# %% ../nbs/04_policy.ipynb #dedd600a
+@patch
+@torch.no_grad()
+def predict_action(self: DiffusionPolicy, obs: dict, generator=None, num_inference_steps=None) -> dict:
+    "Sample actions: {'action_pred': (B, horizon, D), 'action': the n_action_steps to execute}."
+    cond = self.encode_obs(obs)
+    B, steps = cond.shape[0], num_inference_steps or self.num_inference_steps
+    x = torch.randn((B, self.horizon, self.action_dim), device=cond.device, generator=generator)
+    if self.objective == "flow":   # Euler from noise at t = 1 (flow chapter)
+        x = euler_sample(lambda x, t: self.model(x, t * self.time_scale, cond), x, steps)
+    else:
         s = self.sample_scheduler
-        s.set_timesteps(num_inference_steps or self.num_inference_steps)
+        s.set_timesteps(steps)
         for t in s.timesteps:
             out = self.model(x, t.to(cond.device).expand(B), cond)
             x = s.step(out, t, x, generator=generator).prev_sample
-        x = self.to_action(x, obs)
-        start = self.n_obs_steps - 1
-        return {"action_pred": x, "action": x[:, start:start + self.n_action_steps]}
+    x = self.to_action(x, obs)
+    start = self.n_obs_steps - 1
+    return {"action_pred": x, "action": x[:, start:start + self.n_action_steps]}
 
 # %% ../nbs/04_policy.ipynb #7108a0c5
 @patch
@@ -450,7 +470,8 @@ def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
 @patch
 def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
     """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
-    on the batch's device from `generator` (those given are kept). The loop draws them *outside* a compiled model,
+    on the batch's device from `generator` (those given are kept); under `objective: flow` the "timesteps" are flow
+    times t in (0, 1] (`flow_time`). The loop draws them *outside* a compiled model,
     so `torch.compile` only sees tensors in and a loss out: no generator or RNG state inside the graph."""
     action = batch["action"]
     B, dev = action.shape[0], action.device
@@ -459,7 +480,8 @@ def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=Non
         for k in self.image_keys:   # the encoder's order: one (B × n_obs_steps, 2) draw per camera
             if k not in crops: crops[k] = self.obs_encoder.draw_crops(k, B * self.n_obs_steps, dev, generator)
     if noise is None: noise = torch.randn(action.shape, device=dev, generator=generator)
-    if timesteps is None:
+    if timesteps is None and self.objective == "flow": timesteps = flow_time(B, dev, generator)   # t in (0, 1]
+    elif timesteps is None:
         timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev,
                                   generator=generator)
     return dict(noise=noise, timesteps=timesteps, crops=crops)
@@ -482,9 +504,12 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
     action = self.from_action(batch["action"].float(), batch["obs"])
     cond = self.encode_obs(batch["obs"], crops=d["crops"], aux=bool(self.aux_keys))
     if self.aux_keys: cond, aux = cond
-    noisy = self.add_noise(action, d["noise"], d["timesteps"])
-    pred = self.model(noisy, d["timesteps"], cond)
-    target = d["noise"] if self.prediction_type == "epsilon" else action
+    noise, t = d["noise"], d["timesteps"]
+    if self.objective == "flow":   # the straight path's velocity (flow chapter)
+        pred, target = self.model(flow_noisy(action, noise, t), t * self.time_scale, cond), flow_target(action, noise)
+    else:
+        pred = self.model(self.add_noise(action, noise, t), t, cond)
+        target = noise if self.prediction_type == "epsilon" else action
     loss = F.mse_loss(pred.float(), target)
     if not self.aux_keys: return loss
     return loss + self.obs_encoder.aux_weight * F.mse_loss(aux.float(), self.aux_targets(batch["obs"]))
@@ -493,6 +518,16 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
 def forward(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None):
     "The training loss (`compute_loss`): what DDP and `torch.compile` wrap."
     return self.compute_loss(batch, generator, noise, timesteps, crops)
+
+@patch
+def param_groups(self: DiffusionPolicy, weight_decay: float) -> list:
+    """AdamW's parameter groups: one group decayed by `weight_decay` (the U-Net, as RoboTwin trains it); with the
+    transformer denoiser, its weight matrices decayed and its biases, norms and position embeddings not."""
+    if self.denoiser == "unet": return [dict(params=list(self.parameters()), weight_decay=weight_decay)]
+    enc = [p for p in self.parameters() if p.requires_grad and all(p is not q for q in self.model.parameters())]
+    g = param_groups(self.model, weight_decay)
+    g[0]["params"] = g[0]["params"] + enc
+    return g
 
 # %% ../nbs/04_policy.ipynb #6caf086a
 _REPR_DEFAULTS = dict(action_repr="absolute", obs_repr="absolute", relative_key=None)

@@ -306,9 +306,12 @@ def _load(spec):
     """A policy spec → (kind, policy or None): 'expert', 'hold', a run folder, one checkpoint folder of a run
     (`RUN/checkpoints/step_N`, or a snapshot `RUN/rollouts/step_N`), or a pickled DiffusionPolicy."""
     if isinstance(spec, str) and spec in ("expert", "hold"): return spec, None
-    key = spec if isinstance(spec, str) else id(spec)
+    key = spec if isinstance(spec, str) else spec[0] if isinstance(spec, tuple) else id(spec)
     if key not in _POLICY:
         if isinstance(spec, str): _POLICY[key] = _load_path(spec)
+        elif isinstance(spec, tuple):   # (token, cloudpickle bytes): a policy object this session sent, by value
+            import cloudpickle
+            _POLICY[key] = cloudpickle.loads(spec[1]).eval()
         else: _POLICY[key] = spec.eval()
     return "policy", _POLICY[key]
 
@@ -353,6 +356,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     start pose). Returns seed, success, max reward, return, steps, seconds, `unstable` (the episode ended on an action
     the physics could not take: a failure) and writes an mp4 with `video`."""
     import torch
+    from dptoolkit.protocol import predict
     t0 = time.perf_counter()
     kind, policy = _load(spec)
     if kind == "expert":
@@ -377,8 +381,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
         else:
             with torch.no_grad():
                 obs = {k: v.to(dev) for k, v in _obs_batch(policy, hist).items()}
-                chunk = policy.predict_action(obs, generator=g,
-                                              num_inference_steps=inference_steps)["action"][0].cpu().numpy()
+                chunk = predict(policy, obs, g, inference_steps)["action"][0].cpu().numpy()
         for a in chunk:
             try: o, r = env.step(a)
             except SimUnstable:
@@ -444,19 +447,27 @@ def rollout_table(results) -> pd.DataFrame:
 # %% ../nbs/13_sim.ipynb #91e9026a
 def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=None, seed: int = 1000,
             max_steps: int = EPISODE_STEPS, video_dir=None, videos: int = 2, inference_steps=None,
-            progress: bool = True) -> RolloutResult:
+            progress: bool = True, policy=None) -> RolloutResult:
     """`episodes` closed-loop episodes (seeds `seed` …, recorded in the result so a figure can be reproduced) in
     `workers` processes (default: one per core). `run_or_policy`: a run folder, a `DiffusionPolicy`, or 'expert' /
     'hold'. With `video_dir`, the first `videos` episodes are written as mp4. A policy whose action dimension is not the
-    task's 14 is refused before any episode starts."""
+    task's 14 is refused before any episode starts. `policy`: the class of a run trained with one from a notebook cell.
+    A policy object reaches the workers by value (cloudpickle), so a notebook-defined class rolls out too."""
     _check_task(task)
     _sim()
-    spec, name = run_or_policy, str(run_or_policy)
+    name = str(run_or_policy)
+    if policy is not None and isinstance(run_or_policy, (str, Path)):   # a run of a notebook-defined class
+        from dptoolkit.evaluate import load_policy
+        name, run_or_policy = Path(run_or_policy).name, load_policy(run_or_policy, policy=policy)[0]
+    spec = run_or_policy
     if not (isinstance(spec, str) and spec in ("expert", "hold")):
         if isinstance(spec, (str, Path)):
             spec, name = str(Path(spec).absolute()), Path(spec).name
             check_policy(_load_path(spec), task, name)
-        else: check_policy(spec, task, "policy")
+        else:
+            import cloudpickle, uuid
+            check_policy(spec, task, "policy")
+            spec = (uuid.uuid4().hex, cloudpickle.dumps(spec))
     seeds = list(range(seed, seed + episodes))
     vids = {s: str(Path(video_dir) / f"{name}-seed{s}.mp4") for s in seeds[:videos]} if video_dir else {}
     t0, rows = time.perf_counter(), []

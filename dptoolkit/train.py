@@ -21,6 +21,7 @@ from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_sto
                                   load_checkpoint, load_weights, lock_run, restore, resume_step, save_run, unlock_run)
 from .launch import Heartbeat, LaunchError, launch, launched, watch_in_rank
 from .policy import DiffusionPolicy, offset_specs
+from .protocol import build_policy, check_protocol, policy_target
 from .store import describe
 # the rooms the loop uses (their public names are importable from here too, as before the split)
 from .cores import (cpu_threads, fair_threads, other_ranks, register_rank, reshare_threads, rollout_cores,
@@ -153,7 +154,7 @@ def norm_keys(cfg, info) -> list:
     D = cfg.task.dataset
     return [k for k in D.obs_keys if len(info.arrays[k].shape) == 2] + [D.action_key]
 
-def _build(R):
+def _build(R, policy=None):
     "Data (this rank's loader), model, EMA, optimizer, LR schedule, precision, the noise generator."
     cfg, T, p, D = R.cfg, R.T, R.p, R.cfg.task.dataset
     if not D.zarr_path: raise TrainError("task.dataset.zarr_path is not set (dpt train --data PATH)")
@@ -169,11 +170,12 @@ def _build(R):
     R.total = int(T.max_steps) if T.max_steps else int(T.num_epochs) * R.steps_per_epoch
     norm = Normalizer.from_store(D.zarr_path, norm_keys(cfg, info), cache_dir=D.get("cache_dir"),
                                 offsets=offset_specs(cfg))
-    R.model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(R.device)
+    R.model = build_policy(cfg, normalizer=norm, policy=policy).to(R.device)   # the protocol chapter's policy
     R.ema = make_ema(R.model, cfg.ema) if cfg.ema.enable else None
     R.params = list(R.model.parameters())
-    R.opt = _adamw(R.params, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps,
-                   weight_decay=cfg.optimizer.weight_decay)
+    wd = cfg.optimizer.weight_decay
+    groups = R.model.param_groups(wd) if hasattr(R.model, "param_groups") else R.params
+    R.opt = _adamw(groups, lr=p.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps, weight_decay=wd)
     R.sched = _schedule(R)
     R.autocast, R.scaler, R.precision = _amp(cfg, R.device)
     R.gen = torch.Generator(device=R.device)
@@ -203,11 +205,11 @@ def optimizer_step(R):
     return gn
 
 # %% ../nbs/05_train.ipynb #f23eac86
-def train_worker(cfg) -> dict:
-    "Train on this rank (RANK / WORLD_SIZE / LOCAL_RANK from the environment); rank 0 writes the run folder."
+def train_worker(cfg, policy=None) -> dict:
+    "Train this rank (RANK, WORLD_SIZE from the environment; `policy`: protocol chapter); rank 0 writes the run folder."
     R = _rank_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
     T, p = R.T, R.p
-    _build(R)
+    _build(R, policy)
     resume_step(R.run_dir, T.resume, T.max_steps)   # under torchrun / Slurm this is the first place to refuse it
     if R.is_main and os.environ.get("DPT_RUN_LOCKED") != str(R.run_dir.absolute()): lock_run(R.run_dir)   # torchrun
     resume = bool(T.resume) and (R.run_dir / "checkpoints" / "latest").exists()   # auto, or resume with a checkpoint
@@ -322,9 +324,10 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
 
 # %% ../nbs/05_train.ipynb #da085d57
 def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume: bool | None = None, backend=None,
-          progress: bool = True, overrides=(), wait: bool = True, **launch_kw) -> RunResult | BackgroundRun:
+          progress: bool = True, overrides=(), wait: bool = True, policy=None, **launch_kw
+          ) -> RunResult | BackgroundRun:
     """Train `cfg` on `nprocs` processes (GPUs if present, else CPU with gloo) through `launch`; returns a `RunResult`.
-    `wait=False` returns at once with a `BackgroundRun` handle while the run trains beside the kernel."""
+    `wait=False`: a `BackgroundRun` handle at once. `policy`: a class, e.g. from a notebook cell (protocol chapter)."""
     from dptoolkit.config import apply_overrides, resolve_devices
     if nprocs is not None and (not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1):
         raise TrainError(f"nprocs={nprocs!r}: must be an integer ≥ 1 (or None: every visible GPU, else 1 CPU process)")
@@ -344,7 +347,8 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
         check_store_shapes(cfg, info)
         check_mixture(cfg, info)
         check_rollouts(cfg, info)
-    with torch.device("meta"): DiffusionPolicy.from_config(cfg)   # shapes and encoder options, checked without memory
+    cls = check_protocol(cfg, policy)   # the policy built once (the packaged one on the meta device)
+    if policy is not None: OmegaConf.update(cfg, "policy._target_", policy_target(cls), force_add=True)
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
     if cfg.training.resume: check_resume_data(rd, cfg)
     at = resume_step(rd, cfg.training.resume, cfg.training.max_steps)
@@ -353,6 +357,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
             f"train: {rd} already finished at step {at} = training.max_steps; nothing to train (raise it to continue)"
         )
         return RunResult(rd, json.loads((rd / "result.json").read_text()))
+    _by_value_only(cls, policy, wait, cfg)
     if not wait: return _start_background(cfg, rd, dev, backend)
     # storage mmap: the machine's decoded cache, built once, with a progress bar here
     if info is not None:   # the storage is decided here, once: every rank reads the resolved mode from the config
@@ -368,7 +373,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     lock_run(rd)   # this process holds the folder: a second run started at the same moment is refused here
     env = {**(launch_kw.pop("env", None) or {}), "DPT_RUN_LOCKED": str(rd.absolute())}
     try:
-        metrics = launch(body, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
+        metrics = launch(body, OmegaConf.to_container(cfg), policy=policy, nprocs=dev.nprocs, gpu_ids=dev.ids or None,
                          backend=backend or dev.backend, progress_bar=progress, timeout=cfg.ddp.timeout_s,
                          stop_grace=float(cfg.training.stop_grace_s), env=env,
                          stall_timeout=OmegaConf.select(cfg, "training.stall_timeout_s", default="auto"), **launch_kw)
@@ -392,3 +397,12 @@ def _bus_error(cfg, e):
                      f"{was} (it was truncated or rewritten while the run mapped it); the next run rebuilds it "
                      f"(dpt cache {D.zarr_path}" + (f" --cache-dir {D.cache_dir}" if D.get("cache_dir") else "")
                      + "), then resume: dpt train ... --resume") from None
+
+def _by_value_only(cls, policy, wait, cfg):
+    "A class from a notebook cell reaches the ranks by value; `dpt train` and the rollout workers import by path."
+    if policy is None or cls.__module__ != "__main__": return
+    other = ("train(wait=False), which runs `dpt train` in another process" if not wait else
+             "eval.rollout_every, whose workers load each checkpoint" if OmegaConf.select(cfg, "eval.rollout_every")
+             else None)
+    if other: raise TrainError(f"{cls.__qualname__} is defined in a notebook cell or __main__, so it has no import "
+                               f"path for {other}; move it into a module (policy._target_: package.module.Class)")

@@ -1,0 +1,101 @@
+"""Policy families on ALOHA transfer-cube (issue 47): U-Net + DDPM (issue 25 / 36's recipe), U-Net + flow matching
+and transformer + flow matching, each trained with every training seed of --seeds on the same demonstrations and rolled
+out on the same held-out episode seeds (1000 …). Prints, per family: training seconds and samples/s, the milliseconds
+to sample one action chunk (batch 1, the deployed case), success pooled over the training seeds with its 95 % Wilson
+interval and each seed's count; and the sampling speed-up of each family over U-Net + DDPM measured in the same run.
+Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issue 36's pixel recipe (top camera + qpos).
+Usage: python bench/policies.py [--camera [--aux]] [--demos 50] [--steps 1500] [--episodes 30] [--seeds 0,1]
+       [--families unet+ddpm,unet+flow,transformer+flow] [--store S] [--speed-only] [--out DIR] [--json F]
+"""
+import argparse, json, sys, tempfile, time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim import recipe   # noqa: E402  (bench/sim.py: issue 25 / 36's training recipe)
+
+FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_inference_steps=10"],
+          "transformer+flow": ["policy.objective=flow", "policy.num_inference_steps=10", "policy.denoiser=transformer",
+                               "policy.transformer.n_layer=8", "policy.transformer.n_head=4",
+                               "policy.transformer.n_emb=256", "policy.transformer.p_drop_attn=0.3",
+                               "optimizer.weight_decay=1e-3"]}
+
+
+def chunk_ms(run, reps: int = 20) -> float:
+    "Median milliseconds to sample one action chunk (batch 1) with the run's EMA policy on this machine's CPU."
+    import torch
+    from dptoolkit.evaluate import load_policy
+    pol, cfg = load_policy(run)
+    obs = {k: (torch.randint(0, 255, (1, pol.n_obs_steps, *pol.obs_encoder.image_shapes[k]), dtype=torch.uint8)
+               if k in pol.image_keys else torch.randn(1, pol.n_obs_steps, pol.obs_encoder.low_dim[k]))
+           for k in pol.low_dim_keys + pol.image_keys}
+    g = torch.Generator().manual_seed(0)
+    pol.predict_action(obs, generator=g)   # warm-up
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        pol.predict_action(obs, generator=g)
+        ts.append(time.perf_counter() - t)
+    return 1000 * sorted(ts)[len(ts) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--demos", type=int, default=50); ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--episodes", type=int, default=30); ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--families", default=",".join(FAMILY)); ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64); ap.add_argument("--camera", action="store_true")
+    ap.add_argument("--aux", action="store_true"); ap.add_argument("--noise", type=float, default=0.0)
+    ap.add_argument("--store", type=Path); ap.add_argument("--out", type=Path); ap.add_argument("--json", type=Path)
+    ap.add_argument("--speed-only", action="store_true", help="train --steps (default 30) and time; no rollouts")
+    a = ap.parse_args()
+    import pandas as pd
+    from dptoolkit.config import for_store
+    from dptoolkit.sim import make_demos, rollout, wilson
+    from dptoolkit.train import train
+    out = a.out or Path(tempfile.mkdtemp(prefix="dpt-policies-"))
+    store = a.store
+    if store is None:
+        t = time.perf_counter()
+        demos = make_demos("transfer_cube", n=a.demos, out=out / "demos.zarr", camera=a.camera, size=(72, 96),
+                           workers=a.workers, overwrite=True, noise=a.noise)
+        store = demos.info.path
+        print(demos, f"({time.perf_counter() - t:.0f} s)", flush=True)
+    keys = ("[head_camera,state,env_state]" if a.aux else "[head_camera,state]") if a.camera else "[env_state,state]"
+    seeds = [int(s) for s in a.seeds.split(",")]
+    rows = []
+    for fam in a.families.split(","):
+        for seed in seeds:
+            cfg = for_store(store, name="test", overrides=[
+                f"task.dataset.obs_keys={keys}", f"training.max_steps={a.steps}", f"dataloader.batch_size={a.batch}",
+                f"training.checkpoint_every={a.steps}", f"training.log_every={max(1, a.steps // 20)}",
+                "task.dataset.val_ratio=0.04", f"training.seed={seed}", *recipe(a.camera, aux=a.aux), *FAMILY[fam]])
+            t = time.perf_counter()
+            res = train(cfg, nprocs=1, run_dir=out / f"{fam}-seed{seed}", progress=False)
+            wall = time.perf_counter() - t
+            row = dict(family=fam, seed=seed, train_s=round(wall, 1),
+                       samples_per_s=round(res.metrics.get("samples_per_s", float("nan")), 1),
+                       final_loss=res.metrics.get("final_loss"), chunk_ms=round(chunk_ms(res.run_dir), 2))
+            if not a.speed_only:
+                r = rollout(res.run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False)
+                row.update(success=int(r.episodes.success.sum()), episodes=len(r.episodes))
+            rows.append(row)
+            print(row, flush=True)
+    df = pd.DataFrame(rows)
+    agg = df.groupby("family", sort=False).agg(train_s=("train_s", "mean"), samples_per_s=("samples_per_s", "mean"),
+                                                chunk_ms=("chunk_ms", "median"))
+    base = agg.chunk_ms.get("unet+ddpm")
+    agg["sampling_speedup"] = (base / agg.chunk_ms) if base else float("nan")
+    if not a.speed_only:
+        g = df.groupby("family", sort=False)
+        agg["success"] = g.success.sum() / g.episodes.sum()
+        lo_hi = [wilson(int(k), int(n)) for k, n in zip(g.success.sum(), g.episodes.sum())]
+        agg["success_low"], agg["success_high"] = [x[0] for x in lo_hi], [x[1] for x in lo_hi]
+        agg["per_seed"] = g.apply(lambda d: " ".join(f"{s}/{n}" for s, n in zip(d.success, d.episodes)))
+    print(f"\n{len(seeds)} training seed(s) {seeds}, {a.steps} steps, episodes {a.episodes} per run on seeds 1000…:")
+    print(agg.round(3).to_string(), flush=True)
+    if a.json: a.json.write_text(json.dumps(dict(runs=rows, families=agg.reset_index().to_dict("records")), indent=1,
+                                            default=str))
+
+
+if __name__ == "__main__":
+    main()
