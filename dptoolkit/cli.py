@@ -725,7 +725,10 @@ def threading_main():
 def main(argv=None) -> int:
     "Entry point of `dpt`: returns the exit code (0 ok, 1 runtime error, 2 usage)."
     parser = build_parser()
-    args = parser.parse_args(argv)          # usage errors: argparse prints 'dpt: error: ...' and exits 2
+    args, rest = parser.parse_known_args(argv)   # usage errors: argparse prints 'dpt: error: ...' and exits 2
+    if rest and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in rest):
+        args.overrides = [*(args.overrides or []), *rest]   # KEY=VALUE after a flag: overrides may stand anywhere
+    elif rest: parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if threading_main():
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # run cleanup (temp folders, child ranks)
     if os.environ.get("DPT_PARENT_PID"): _exit_with_parent(int(os.environ.pop("DPT_PARENT_PID")))

@@ -185,7 +185,12 @@ def check_config(cfg: DictConfig):
         raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed "
                           f"horizon={cfg.horizon}")
     obs = list(OmegaConf.select(cfg, "task.dataset.obs_keys", default=None) or [])
+    zp = OmegaConf.select(cfg, "task.dataset.zarr_path", default=None)
     for k in OmegaConf.select(cfg, "policy.obs_encoder.aux_keys", default=None) or []:
+        if zp and (Path(zp) / "data").is_dir() and not (Path(zp) / "data" / k).exists():   # first: is it there at all
+            have = sorted(p.name for p in (Path(zp) / "data").iterdir() if not p.name.startswith("."))
+            raise ConfigError(f"policy.obs_encoder.aux_keys names {k!r}, which {zp} does not have (data/ holds "
+                              f"{', '.join(have)}): a training target must be one of the store's keys")
         if k not in obs:   # the store's values are the targets: the dataset must load them
             raise ConfigError(f"policy.obs_encoder.aux_keys names {k!r}, which task.dataset.obs_keys does not load "
                               f"({', '.join(obs)}); add it there (the policy predicts it, it never reads it)")
@@ -241,8 +246,8 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
     return cfg
 
 # %% ../nbs/02_config.ipynb #b9e3d549
-def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
-    "Load a packaged config by name or a YAML file by path, then apply dotlist `overrides`."
+def load_config(name_or_path="robot_dp_14", overrides=(), data=None) -> DictConfig:
+    "Load a packaged config by name or a YAML file by path, then apply dotlist `overrides` (checked against `data`)."
     p = Path(str(name_or_path))
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.exists(): raise ConfigError(f"{p}: config file not found")
@@ -256,6 +261,7 @@ def load_config(name_or_path="robot_dp_14", overrides=()) -> DictConfig:
     if not isinstance(cfg, DictConfig): raise ConfigError(f"{p}: a config must be a YAML mapping")
     if p.parent != config_dir(): cfg = _over_packaged(p, cfg)
     OmegaConf.set_struct(cfg, True)
+    if data is not None: cfg.task.dataset.zarr_path = str(data)   # the checks can name what the store lacks
     return apply_overrides(cfg, overrides)
 
 _OPEN = ("shape_meta.obs", "task.dataset.task_weights", "run")    # sections whose keys are the user's (or the run's)
@@ -305,7 +311,7 @@ def for_store(path, overrides=(), name=None) -> DictConfig:
     `task.dataset.obs_keys`."""
     try: info = describe(path)
     except StoreError as e: raise ConfigError(str(e)) from None
-    cfg = load_config(name or select_config(path), overrides)
+    cfg = load_config(name or select_config(path), overrides, data=Path(path).resolve())
     ds = cfg.task.dataset
     if not any(str(o).split("=")[0].strip() == "task.dataset.obs_keys" for o in overrides):
         cams = store_cameras(info)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01b_convert.ipynb #087b2ca3
 from __future__ import annotations
-import errno, io, json, os, re, shutil
+import errno, io, json, os, re, shutil, sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,14 +14,14 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
-from .store import (StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store,
+from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store,
                              validate)
 
 
 # %% auto #0
 __all__ = ['FRAME_CODEC', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
-           'put_chunk', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'vector_stats', 'ImageStats', 'encode_camera',
-           'to_lerobot', 'convert']
+           'put_chunk', 'die_with_parent', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'vector_stats',
+           'ImageStats', 'encode_camera', 'to_lerobot', 'convert']
 
 # %% ../nbs/01b_convert.ipynb #a86937db
 class ConvertError(ValueError):
@@ -198,8 +198,24 @@ def _write_chunk(array_path, k, chunk_steps, reader, parts, shape):
     put_chunk(array_path, k, buf)
     return n
 
+
+# %% ../nbs/01b_convert.ipynb #4507b3da
+def die_with_parent(parent: int):
+    """Linux: this process gets SIGKILL when its parent ends (`PR_SET_PDEATHSIG`), so a worker pool whose parent was
+    killed (SIGKILL: no cleanup runs) leaves nothing running; exits now if the parent is already gone."""
+    if not sys.platform.startswith("linux"): return
+    import ctypes, signal
+    try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError): return
+    if os.getppid() != parent: os._exit(1)
+
+def _worker_start(parent: int):
+    "Pool initializer: die with the parent (`die_with_parent`), keep freed memory (`_keep_freed_memory`)."
+    die_with_parent(parent)
+    _keep_freed_memory()
+
 def _keep_freed_memory():
-    """Pool initializer: glibc keeps freed blocks under 64 MB for reuse (no trimming, no mmap) instead of returning
+    """glibc keeps freed blocks under 64 MB for reuse (no trimming, no mmap) instead of returning
     every frame and chunk to the kernel and faulting it in again for the next: a conversion worker's system time
     fell from 2.7 to 1.0–1.6 s on 6,000 frames. Only in these short-lived worker processes; a no-op off glibc."""
     try:
@@ -209,6 +225,8 @@ def _keep_freed_memory():
         libc.mallopt(-3, 64 << 20)    # M_MMAP_THRESHOLD
     except (OSError, AttributeError): pass
 
+
+# %% ../nbs/01b_convert.ipynb #43016d08
 def _workers(workers) -> int:
     return max(1, int(workers)) if workers else max(1, len(os.sched_getaffinity(0)))
 
@@ -221,7 +239,8 @@ def _pool(workers):
         yield None
         return
     import concurrent.futures as cf, multiprocessing as mp
-    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_keep_freed_memory) as pool:
+    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_worker_start,
+                                initargs=(os.getpid(),)) as pool:
         for _ in range(n): pool.submit(os.getpid)      # a job each: the workers start (and import) now
         pool.dpt_workers = n
         yield pool
@@ -245,7 +264,6 @@ def _run_jobs(jobs, pool, bar):
     except BaseException:
         for f in pending: f.cancel()
         raise
-
 
 # %% ../nbs/01b_convert.ipynb #5449ccfb
 @dataclass
@@ -279,7 +297,7 @@ def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attr
             meta = (("episode_ends", np.cumsum(lengths)), ("episode_task", np.asarray(task_of, dtype=np.int64)))
             for name, v in meta:
                 g.create_array(f"meta/{name}", shape=v.shape, dtype="int64", chunks=(len(v),),
-                               compressors=None)[...] = v
+                               compressors=None, config=ALL_CHUNKS)[...] = v
             g.attrs.update(task_names=list(task_names), **attrs)
             work = [(_write_chunk, (tmp / "data" / c, k, chunk_steps, cams[c].reader, parts, cams[c].shape))
                     for c, k, parts in jobs]

@@ -508,10 +508,16 @@ def prepare_cache(cfg, progress: bool = True, info=None):
 def check_mixture(cfg, info):
     "`task.dataset.task_weights` against the store's tasks, before any process starts: `DataError` naming the task."
     names = info.task_names or [Path(info.path).name.removesuffix(".zarr")]
-    for k in dict(cfg.task.dataset.get("task_weights") or {}):
+    tw, w = dict(cfg.task.dataset.get("task_weights") or {}), dict.fromkeys(names, 1.0)   # tasks not named keep 1
+    for k, v in tw.items():
         if not (k in names or isinstance(k, int) and 0 <= k < len(names)):
             raise DataError(f"{info.path}: task.dataset.task_weights names task {k!r}; the store's tasks are "
                             f"{', '.join(f'{j}: {n}' for j, n in enumerate(names))}")
+        if isinstance(v, (int, float)) and not isinstance(v, bool): w[names[k] if isinstance(k, int) else k] = float(v)
+    sel = [t for t in (cfg.task.dataset.get("tasks") or names) if t in w] or names
+    if tw and all(w[t] == 0 for t in sel):
+        raise DataError(f"{info.path}: task.dataset.task_weights give every task it trains on weight 0 "
+                        f"({', '.join(f'{t}: {w[t]:g}' for t in sel)}): nothing to sample; give one a weight > 0")
 
 def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size: int | None = None,
                 progress: bool | None = None, info=None) -> RankLoader:

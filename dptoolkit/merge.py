@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from dptoolkit.store import (
+    ALL_CHUNKS,
     StoreError,
     StoreInfo,
     _fmt_bytes,
@@ -171,7 +172,7 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
                 _copy_key(k, srcs, [g[f"data/{k}"] for g in groups], arr, bar)
             for name, values in (("episode_ends", all_ends), ("episode_task", episode_task)):
                 m = out.create_array(f"meta/{name}", shape=values.shape, dtype="int64", chunks=(max(1, len(values)),),
-                                     compressors=None)
+                                     compressors=None, config=ALL_CHUNKS)
                 m[...] = values
             out.attrs.update(task_names=names, merge=dict(sources=provenance, keys=keys, dptoolkit=__version__,
                                                           created=time.strftime("%Y-%m-%dT%H:%M:%S")))

@@ -54,6 +54,18 @@ def _fit_stats(path, keys) -> dict:
         stats[k] = (lo, hi, mean, std)
     return stats
 
+def _read_stats(f) -> dict:
+    """A statistics cache file's entries ({key: (min, max, mean, std)}); a file that cannot be read or holds anything
+    else (truncated, `null`, a list, an entry of the wrong shape) gives no entries: they are computed again."""
+    try: raw = json.loads(f.read_text())
+    except (OSError, ValueError): return {}
+    out = {}
+    for k, s in (raw.items() if isinstance(raw, dict) else ()):
+        try: v = tuple(np.asarray(x, np.float64) for x in s)
+        except (TypeError, ValueError): continue
+        if len(v) == 4 and all(x.ndim == 1 and x.shape == v[0].shape for x in v): out[k] = v
+    return out
+
 
 # %% ../nbs/03a_normalize.ipynb #9db7c91d
 class Normalizer(nn.Module):
@@ -74,8 +86,7 @@ class Normalizer(nn.Module):
         `.source` says which."""
         path, stats, f = str(path), {}, stats_file(path, cache_dir) if cache else None
         if f is not None and f.exists():
-            try: stats = {k: tuple(np.asarray(v, np.float64) for v in s) for k, s in json.loads(f.read_text()).items()}
-            except (OSError, ValueError): stats = {}
+            stats = _read_stats(f)
         missing = [k for k in keys if k not in stats]
         if missing: stats.update(_fit_stats(path, missing))
         spec = {name: f"{name}:{k}-{ref}@{min(lags)}..{max(lags)}" for name, (k, ref, lags) in (offsets or {}).items()}

@@ -224,17 +224,9 @@ def _pool(workers):
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=sim._worker_init,
                                   initargs=(os.getpid(),))
 
-def _die_with(parent: int):
-    """Linux: this process gets SIGKILL when its parent ends (`PR_SET_PDEATHSIG`), so a rollout or `dpt sim-data` killed
-    from outside leaves no worker simulating on; exits now if the parent is already gone."""
-    if not sys.platform.startswith("linux"): return
-    import ctypes, signal
-    try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError): return
-    if os.getppid() != parent: os._exit(1)
-
 def _worker_init(parent: int):
-    _die_with(parent)
+    from dptoolkit.convert import die_with_parent   # a killed rollout leaves no worker simulating on
+    die_with_parent(parent)
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:

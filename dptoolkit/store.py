@@ -13,8 +13,8 @@ import numpy as np
 import zarr
 
 # %% auto #0
-__all__ = ['SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'open_store', 'ArrayInfo', 'StoreInfo',
-           'validate', 'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify',
+__all__ = ['ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'open_store', 'ArrayInfo',
+           'StoreInfo', 'validate', 'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify',
            'check_finite', 'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode',
            'make_sample_store', 'sample_data']
 
@@ -370,6 +370,10 @@ def time_chunks(shape, chunk_steps: int = 100) -> tuple:
     "Chunking along time only: `chunk_steps` steps, every other axis whole."
     return (max(1, min(chunk_steps, shape[0] or 1)),) + tuple(shape[1:])
 
+# every chunk gets a file, also one of zeros (zarr skips those by default): a missing chunk file is then damage, never
+# a one-task store's all-zero meta/episode_task
+ALL_CHUNKS = {"write_empty_chunks": True}
+
 def create_array(group, name, shape, dtype, chunks, compressor="default"):
     "Create an empty array in a group opened for writing (format 2 or 3)."
     fmt = group.metadata.zarr_format
@@ -378,7 +382,7 @@ def create_array(group, name, shape, dtype, chunks, compressor="default"):
         comp = default_compressor(fmt)   # a source's codec of the other format: use the same Blosc zstd setting
     return group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunks),
                               compressors=comp if comp is not None else None, fill_value=0,
-                              config={"write_empty_chunks": True})   # every chunk has a file: a missing one is damage
+                              config=ALL_CHUNKS)
 
 def write_store(path, data: dict, episode_ends, *, episode_task=None, attrs=None, chunk_steps: int = 100,
                 compressor="default", zarr_format: int = 2, overwrite: bool = False) -> StoreInfo:
@@ -393,12 +397,12 @@ def write_store(path, data: dict, episode_ends, *, episode_task=None, attrs=None
             a = create_array(g, f"data/{k}", v.shape, v.dtype, time_chunks(v.shape, chunk_steps), compressor)
             a[...] = v
         e = g.create_array("meta/episode_ends", shape=ends.shape, dtype="int64", chunks=(max(1, len(ends)),),
-                           compressors=None)
+                           compressors=None, config=ALL_CHUNKS)
         e[...] = ends
         if episode_task is not None:
             t = np.asarray(episode_task, dtype=np.int64)
             et = g.create_array("meta/episode_task", shape=t.shape, dtype="int64", chunks=(max(1, len(t)),),
-                                compressors=None)
+                                compressors=None, config=ALL_CHUNKS)
             et[...] = t
         if attrs: g.attrs.update(attrs)
         validate(tmp)

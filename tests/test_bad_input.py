@@ -1,7 +1,7 @@
 """The bad-input table (issue 16): every row is one test here, and the train chapter's table ("When things go wrong")
 lists the same rows with the message each one shows. A row calls the real function (or the real `dpt` command), checks
 that exactly one clear error names the culprit, and checks what is left on disk."""
-import json, os, subprocess, time
+import json, os, subprocess, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -667,6 +667,59 @@ def _(tmp, store):
     want = max(1, len(os.sched_getaffinity(0)) // 3)   # the cores between the run's one rank and the two workers
     assert f"cores are shared with 2 simulator worker(s): {want} thread(s) per rank" in out, out[-2000:]
     assert {json.loads(l)["threads"] for l in open(tmp / "a" / "logs.jsonl")} == {want}
+
+# issue 50: accidents of a held-out sweep; each ends in one line, or now simply works
+@row("D6", "data", "a one-task store made by `dpt convert`, then `dpt inspect --verify`", "(works: every chunk is written, the one task's all-zero meta/episode_task too)")
+def _(tmp):
+    from dptoolkit.convert import convert
+    out = tmp / "one.zarr"
+    convert(ROOT / "tests/data/robotwin/raw/beat_block_hammer", out, progress=False, workers=1)
+    assert (out / "meta/episode_task/c/0").exists() or (out / "meta/episode_task/0").exists(), files(out / "meta")
+    verify(out, progress=False)                                   # no "missing (zarr would read it as 0)"
+
+@row("D7", "data", "`task.dataset.task_weights` that give every task weight 0", "task.dataset.task_weights give every task it trains on weight 0 (…: 0): nothing to sample; give one a weight > 0")
+def _(tmp, store):
+    cfg = for_store(store, name="test")
+    name = validate(store).task_names[0] if validate(store).task_names else store.name.removesuffix(".zarr")
+    cfg.task.dataset.task_weights = {name: 0}
+    raises(Exception, "give every task it trains on weight 0", train, cfg, nprocs=1, run_dir=tmp / "r", progress=False)
+    assert not (tmp / "r").exists()                               # refused before any process: no run folder
+
+@row("D8", "data", "a statistics cache file holding valid JSON of the wrong shape (`null`, `[]`, an entry of 3)", "(works: the statistics are computed again and the file rewritten)")
+def _(tmp, store):
+    from dptoolkit.normalize import Normalizer, stats_file
+    Normalizer.from_store(store, ["state", "action"], cache_dir=tmp / "c")
+    f = stats_file(store, tmp / "c")
+    for bad in ("null", "[]", '{"state": 3}'):
+        f.write_text(bad)
+        n = Normalizer.from_store(store, ["state", "action"], cache_dir=tmp / "c")
+        assert n.source.startswith("statistics computed") and json.loads(f.read_text()).keys() >= {"state", "action"}
+
+@row("C13", "config", "`aux_keys=[env_state]` on a store without `env_state`", "policy.obs_encoder.aux_keys names 'env_state', which … does not have (data/ holds action, state): a training target must be one of the store's keys")
+def _(tmp, store):
+    raises(ConfigError, "does not have (data/ holds action, state): a training target must be one of the store's keys",
+           for_store, store, name="test", overrides=["policy.obs_encoder.aux_keys=[env_state]"])
+
+@row("X11", "CLI", "overrides split by a flag (`dpt train … training.max_steps=2 --no-progress training.log_every=1`)", "(works: KEY=VALUE after a flag are overrides too; an unknown flag is still refused)")
+def _(tmp, store):
+    r = dpt("train", "--config", "test", "--data", store, "--out", tmp / "r", "training.max_steps=2", "--no-progress",
+            "training.log_every=1", check=0)
+    assert read_log(tmp / "r").step.tolist() == [1, 2]
+    r = dpt("train", "--config", "test", "--data", store, "--bogus", "training.max_steps=2")
+    assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr
+
+@row("X12", "CLI", "`dpt convert` killed with SIGKILL while its workers convert", "(works: its worker processes die with it, as rollout workers do)")
+def _(tmp):
+    import signal, psutil
+    script = ("import os, time\nfrom dptoolkit.convert import _pool\nwith _pool(2) as p:\n"
+              "    print(sorted(p.submit(os.getpid).result() for _ in range(8)), flush=True)\n    time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    line = p.stdout.readline()
+    kids = [c for c in psutil.Process(p.pid).children(recursive=True)]
+    assert len(kids) >= 2, line
+    p.kill(); p.wait()
+    gone, alive = psutil.wait_procs(kids, timeout=30)
+    assert not [k for k in alive if k.status() != psutil.STATUS_ZOMBIE], alive
 
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
