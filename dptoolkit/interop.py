@@ -411,6 +411,11 @@ def read_dp_checkpoint(path, *, trust: bool = False) -> dict:
     then only the globals such a file holds are resolved (tensors, OmegaConf containers, dill's built-in type names,
     ...): anything else is refused by name. dill is not needed; `pickles` values come back unpickled the same way."""
     path = Path(path)
+    if path.is_dir():
+        held = sorted(p.name for p in path.iterdir())
+        raise InteropError(f"{path}: is a folder (it holds {', '.join(held[:6]) or 'nothing'}"
+                           f"{', …' if len(held) > 6 else ''}); dpt import reads one diffusion_policy / RoboTwin "
+                           "checkpoint file (e.g. checkpoints/latest.ckpt): pass that file")
     if not path.is_file(): raise InteropError(f"{path}: checkpoint file not found")
     if not trust:
         raise InteropError(f"{path}: diffusion_policy / RoboTwin checkpoints are pickles, and loading one runs "

@@ -239,7 +239,8 @@ def _finish(R, W) -> dict | None:
                       run_dir=str(R.run_dir), effective_batch=R.p.effective_batch, lr=R.p.lr,
                       completed=R.step >= R.total,
                       stopped_by=R.stopping)
-        if success: result.update({k: success[k] for k in ("success", "success_low", "success_high", "episodes")})
+        keep = ("success", "success_low", "success_high", "episodes", "rollouts_error")
+        if success: result.update({k: success[k] for k in keep if k in success})
         if len(R.val_ds) and R.ema is not None:
             result["val_loss_ema"] = _val_loss(R.ema.module, R.val_ds, R.p.per_device_batch, R.device, R.autocast,
                                                R.T.seed)

@@ -556,7 +556,11 @@ def rollout_run(run, every=None, task: str = "transfer_cube", episodes: int = 20
     if not ck: raise SimError(f"{run}: no saved checkpoint" + (f" at a multiple of {every} steps" if every else ""))
     recs = []
     for p in ck:
-        recs.append(rollout_checkpoint(p, task, episodes, seed, workers, max_steps=max_steps))
+        try: recs.append(rollout_checkpoint(p, task, episodes, seed, workers, max_steps=max_steps))
+        except Exception as e:   # deleted meanwhile (training.keep_checkpoints, by hand): the rest go on
+            if p.exists() and (p / "model.safetensors").exists(): raise
+            print(f"{p.name}: skipped: deleted while this rollout ran ({type(e).__name__})", flush=True)
+            continue
         if progress: print(f"{p.name}: success {recs[-1]['success']:.0%} [{recs[-1]['success_low']:.0%}–"
                            f"{recs[-1]['success_high']:.0%}]", flush=True)
     return pd.DataFrame(recs)

@@ -46,8 +46,19 @@ def start_rollouts(R):
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 def finish_rollouts(R, wait: bool) -> dict | None:
-    "Tell the watcher the last step; wait for its final rollout (`wait`) or stop it. → the last success record."
+    """Tell the watcher the last step; wait for its final rollout (`wait`) or stop it. → the last success record; a
+    watcher that died before (killed, crashed) is said in one line and recorded as `rollouts_error`."""
     if R.rollouts is None: return None
+    dead = R.rollouts.poll()
+    if dead is not None:
+        import signal
+        how = f"killed by {signal.Signals(-dead).name}" if dead < 0 else f"exit {dead}"
+        err = (f"the rollout watcher (dpt rollout --watch) ended before the run did ({how}): success was not recorded "
+               f"after it; its output is in {R.run_dir / 'rollouts.log'}; roll out the saved checkpoints with: dpt "
+               f"rollout {R.run_dir} --every {R.every}")
+        print(f"warning: {err}", flush=True)
+        recs = [json.loads(l) for l in open(R.run_dir / "logs.jsonl") if '"kind": "rollout"' in l]
+        return {**(recs[-1] if recs else {}), "rollouts_error": err}
     (R.run_dir / ".rollouts-done").write_text(str(R.step))
     if wait:
         print(f"waiting for the rollouts of step {R.step} (eval.rollout_episodes={R.cfg.eval.rollout_episodes}) ...",

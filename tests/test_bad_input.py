@@ -721,6 +721,23 @@ def _(tmp):
     gone, alive = psutil.wait_procs(kids, timeout=30)
     assert not [k for k in alive if k.status() != psutil.STATUS_ZOMBIE], alive
 
+@row("X13", "CLI", "`dpt import` of a folder (a LeRobot `pretrained_model`: config.json + model.safetensors)", "…: is a folder (it holds config.json, model.safetensors); dpt import reads one diffusion_policy / RoboTwin checkpoint file (e.g. checkpoints/latest.ckpt): pass that file")
+def _(tmp):
+    from dptoolkit.interop import InteropError, read_dp_checkpoint
+    d = tmp / "pretrained_model"
+    d.mkdir()
+    for f in ("config.json", "model.safetensors"): (d / f).write_text("{}")
+    raises(InteropError, "is a folder (it holds config.json, model.safetensors); dpt import reads one", read_dp_checkpoint,
+           d, trust=True)
+
+@row("X14", "CLI", "a checkpoint deleted while `dpt rollout RUN --every` rolls out the run's checkpoints", "step_…: skipped: deleted while this rollout ran (…) — the other checkpoints are rolled out")
+def _(tmp, finished, capsys):
+    from dptoolkit.sim import rollout_run
+    rd = _copy(finished[0], tmp / "r")
+    for f in (rd / "checkpoints/step_000002").iterdir(): f.unlink()       # half-way through its deletion
+    recs = rollout_run(rd, episodes=1, workers=1, max_steps=5, progress=False)
+    assert recs.step.tolist() == [4] and "step_000002: skipped: deleted while this rollout ran" in capsys.readouterr().out
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]

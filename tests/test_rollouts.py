@@ -128,3 +128,28 @@ def test_camera_policy_taught_the_cube_pose_never_reads_it(tmp_path):
     r = dpt("rollout", run, "--episodes", 1, "--max-steps", 12, "--workers", 1, "--json", timeout=300, check=0)
     row = json.loads(r.stdout)[0]
     assert (row["episodes"], row["mean_steps"], row["unstable"]) == (1, 12, 0), row   # 12 steps driven from pixels
+
+
+def test_a_dead_watcher_is_said_and_recorded(demos, tmp_path):
+    """Issue 50 (bad-input row T18): the watcher killed while the run trains; the run still ends well (exit 0), and says
+    in one line that success stopped being recorded, where the watcher's output is and the command that rolls out the
+    saved checkpoints; result.json records it."""
+    import psutil, signal, subprocess, time
+    run = tmp_path / "run"
+    p = subprocess.Popen(["dpt", "train", "--config", "test", "--data", str(demos), "--out", str(run), "--no-progress",
+                          *TINY, "training.max_steps=100000", "eval.rollout_every=10"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    watcher, t0 = None, time.time()
+    while watcher is None and time.time() - t0 < 180 and p.poll() is None:
+        for c in psutil.Process(p.pid).children(recursive=True):
+            try: watcher = c if "--watch" in c.cmdline() else watcher
+            except psutil.NoSuchProcess: pass
+        time.sleep(0.2)
+    assert watcher is not None, p.communicate()[0][-2000:]
+    watcher.kill()
+    time.sleep(1)                                         # (a zombie until the run reaps it at its end)
+    os.killpg(p.pid, signal.SIGINT)                        # the run stops at its next log step, with a checkpoint
+    out = p.communicate(timeout=300)[0]
+    said = "the rollout watcher (dpt rollout --watch) ended before the run did (killed by SIGKILL)"
+    assert p.returncode == 0 and said in out and f"dpt rollout {run} --every 10" in out, out[-3000:]
+    assert said in json.loads((run / "result.json").read_text())["rollouts_error"]
