@@ -139,17 +139,20 @@ def test_a_dead_watcher_is_said_and_recorded(demos, tmp_path):
     p = subprocess.Popen(["dpt", "train", "--config", "test", "--data", str(demos), "--out", str(run), "--no-progress",
                           *TINY, "training.max_steps=100000", "eval.rollout_every=10"], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    watcher, t0 = None, time.time()
-    while watcher is None and time.time() - t0 < 180 and p.poll() is None:
-        for c in psutil.Process(p.pid).children(recursive=True):
-            try: watcher = c if "--watch" in c.cmdline() else watcher
-            except psutil.NoSuchProcess: pass
-        time.sleep(0.2)
-    assert watcher is not None, p.communicate()[0][-2000:]
-    watcher.kill()
-    time.sleep(1)                                         # (a zombie until the run reaps it at its end)
-    os.killpg(p.pid, signal.SIGINT)                        # the run stops at its next log step, with a checkpoint
-    out = p.communicate(timeout=300)[0]
+    try:
+        watcher, t0 = None, time.time()
+        while watcher is None and time.time() - t0 < 180 and p.poll() is None:
+            for c in psutil.Process(p.pid).children(recursive=True):
+                try: watcher = c if "--watch" in c.cmdline() else watcher
+                except psutil.NoSuchProcess: pass
+            time.sleep(0.2)
+        assert watcher is not None, p.communicate()[0][-2000:]
+        watcher.kill()
+        time.sleep(1)                                      # (a zombie until the run reaps it at its end)
+        os.killpg(p.pid, signal.SIGINT)                    # the run stops at its next log step, with a checkpoint
+        out = p.communicate(timeout=300)[0]
+    finally:                                               # a failed assertion leaves no run training on
+        if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
     said = "the rollout watcher (dpt rollout --watch) ended before the run did (killed by SIGKILL)"
     assert p.returncode == 0 and said in out and f"dpt rollout {run} --every 10" in out, out[-3000:]
     assert said in json.loads((run / "result.json").read_text())["rollouts_error"]
