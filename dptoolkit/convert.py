@@ -352,6 +352,14 @@ def _pq():
         raise ConvertError("LeRobot datasets are parquet files: pip install 'dptoolkit[convert]'") from None
     return pq
 
+def _read_table(f):
+    "A parquet table of a LeRobot dataset; a damaged or truncated file is named in one line (not arrow's words)."
+    pq = _pq()
+    try: return pq.read_table(f)
+    except Exception as e:
+        raise ConvertError(f"{f}: cannot be read as a parquet table ({type(e).__name__}); the file is damaged or "
+                           "truncated: download or copy the dataset again") from None
+
 def _lerobot_features(p: Path, feats: dict) -> tuple:
     "(cameras, low-dim) of a LeRobot `features` table: feature name → store key."
     cameras, low = {}, {}
@@ -386,10 +394,10 @@ def lerobot_meta(src) -> dict:
     cameras, low = _lerobot_features(p, info.get("features") or {})
     files = sorted((src / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     if not files: raise ConvertError(f"{src / 'meta' / 'episodes'}: no chunk-*/file-*.parquet episode tables")
-    eps = pd.concat([_pq().read_table(f).to_pandas() for f in files]).sort_values("episode_index")
+    eps = pd.concat([_read_table(f).to_pandas() for f in files]).sort_values("episode_index")
     tp, tasks = src / "meta" / "tasks.parquet", {}
     if tp.exists():
-        t = _pq().read_table(tp).to_pandas()
+        t = _read_table(tp).to_pandas()
         tasks = {int(i): str(name) for name, i in zip(t.index, t["task_index"])}
     return dict(info=info, episodes=eps.reset_index(drop=True), tasks=tasks, cameras=cameras, low_dim=low, root=src)
 
@@ -403,7 +411,7 @@ def _lerobot_low_dim(meta, keys) -> tuple:
     if not files: raise ConvertError(f"{root / 'data'}: no chunk-*/file-*.parquet data files")
     cols, tables = list(keys) + ["index", "episode_index", "task_index"], []
     for f in files:
-        t = _pq().read_table(f)
+        t = _read_table(f)
         miss = [c for c in cols if c not in t.column_names]
         if miss: raise ConvertError(f"{f}: no column {miss[0]} (columns: {', '.join(t.column_names)})")
         tables.append(t.select(cols))
@@ -425,6 +433,9 @@ def _video_frames(path, camera, j0, j1, extra, where, out=None) -> np.ndarray:
     from_ts, fps, size = extra
     t0, n, got = from_ts + j0 / fps, j1 - j0, 0
     kw = dict(height=int(size[0]), width=int(size[1])) if size is not None else {}
+    if not Path(path).is_file():
+        raise ConvertError(f"{path}: missing ({where}: the {camera} video that meta/episodes names); the dataset is "
+                           "incomplete: download or copy it again")
     try:
         with av.open(str(path)) as c:
             s = c.streams.video[0]

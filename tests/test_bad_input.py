@@ -738,6 +738,24 @@ def _(tmp, finished, capsys):
     recs = rollout_run(rd, episodes=1, workers=1, max_steps=5, progress=False)
     assert recs.step.tolist() == [4] and "step_000002: skipped: deleted while this rollout ran" in capsys.readouterr().out
 
+@row("S15", "store", "a LeRobot dataset with its video file deleted, then `dpt convert`", "…/file-000.mp4: missing (…: the top video that meta/episodes names); the dataset is incomplete: download or copy it again")
+def _(tmp):
+    from dptoolkit.convert import ConvertError, convert
+    src = _copy(ROOT / "tests/data/lerobot/written_by_lerobot", tmp / "ds")
+    next((src / "videos").rglob("*.mp4")).unlink()
+    raises(ConvertError, "file-000.mp4: missing (", convert, src, tmp / "o.zarr", progress=False, workers=1)
+    assert not (tmp / "o.zarr").exists()
+
+@row("S16", "store", "a LeRobot dataset with a truncated data parquet, then `dpt convert`", "…/file-000.parquet: cannot be read as a parquet table (ArrowInvalid); the file is damaged or truncated: download or copy the dataset again")
+def _(tmp):
+    from dptoolkit.convert import ConvertError, convert
+    src = _copy(ROOT / "tests/data/lerobot/written_by_lerobot", tmp / "ds")
+    f = next((src / "data").rglob("*.parquet"))
+    f.write_bytes(f.read_bytes()[:200])
+    raises(ConvertError, "file-000.parquet: cannot be read as a parquet table (ArrowInvalid)", convert, src,
+           tmp / "o.zarr", progress=False, workers=1)
+    assert not (tmp / "o.zarr").exists()
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
