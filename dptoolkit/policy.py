@@ -422,7 +422,7 @@ def predict_action(self: DiffusionPolicy, obs: dict, generator=None, num_inferen
     B, steps = cond.shape[0], num_inference_steps or self.num_inference_steps
     x = torch.randn((B, self.horizon, self.action_dim), device=cond.device, generator=generator)
     if self.objective == "flow":   # Euler from noise at t = 1 (flow chapter)
-        x = euler_sample(lambda x, t: self.model(x, t * self.time_scale, cond), x, steps)
+        x = euler_sample(lambda x, t: self._velocity(x, t, cond), x, steps)
     else:
         s = self.sample_scheduler
         s.set_timesteps(steps)
@@ -432,6 +432,13 @@ def predict_action(self: DiffusionPolicy, obs: dict, generator=None, num_inferen
     x = self.to_action(x, obs)
     start = self.n_obs_steps - 1
     return {"action_pred": x, "action": x[:, start:start + self.n_action_steps]}
+
+@patch
+def _velocity(self: DiffusionPolicy, x, t, cond):
+    "Flow's velocity at (x, t): the denoiser's output, or (x − a) / t from its clean chunk a (prediction_type sample)."
+    out = self.model(x, t * self.time_scale, cond)
+    return (x - out) / t.to(x.dtype).reshape(-1, 1, 1) if self.prediction_type == "sample" else out
+
 
 # %% ../nbs/04_policy.ipynb #7108a0c5
 @patch
@@ -505,8 +512,9 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
     cond = self.encode_obs(batch["obs"], crops=d["crops"], aux=bool(self.aux_keys))
     if self.aux_keys: cond, aux = cond
     noise, t = d["noise"], d["timesteps"]
-    if self.objective == "flow":   # the straight path's velocity (flow chapter)
-        pred, target = self.model(flow_noisy(action, noise, t), t * self.time_scale, cond), flow_target(action, noise)
+    if self.objective == "flow":   # the straight path's velocity, or its end (prediction_type: sample; flow chapter)
+        pred = self.model(flow_noisy(action, noise, t), t * self.time_scale, cond)
+        target = action if self.prediction_type == "sample" else flow_target(action, noise)
     else:
         pred = self.model(self.add_noise(action, noise, t), t, cond)
         target = noise if self.prediction_type == "epsilon" else action
