@@ -1,11 +1,12 @@
-"""Policy families on ALOHA transfer-cube (issue 47): U-Net + DDPM (issue 25 / 36's recipe), U-Net + flow matching
-and transformer + flow matching, each trained with every training seed of --seeds on the same demonstrations and rolled
-out on the same held-out episode seeds (1000 …). Prints, per family: training seconds and samples/s, the milliseconds
+"""Policy families on ALOHA transfer-cube (issue 47): U-Net + DDPM (issue 25 / 36's recipe, predicting the clean
+sample), U-Net + flow matching (pi0's velocity target; `-x`: predicting the clean chunk) and transformer + flow,
+each trained with every training seed of --seeds on the same demonstrations and rolled out on the same held-out
+episode seeds (1000 …). Prints, per family: training seconds and samples/s, the milliseconds
 to sample one action chunk (batch 1, the deployed case), success pooled over the training seeds with its 95 % Wilson
 interval and each seed's count; and the sampling speed-up of each family over U-Net + DDPM measured in the same run.
 Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issue 36's pixel recipe (top camera + qpos).
 Usage: python bench/policies.py [--camera [--aux]] [--demos 50] [--steps 1500] [--episodes 30] [--seeds 0,1]
-       [--families unet+ddpm,unet+flow,transformer+flow] [--store S] [--speed-only] [--out DIR] [--json F]
+       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow] [--store S] [--speed-only] [--out DIR] [--json F]
 """
 import argparse, json, sys, tempfile, time
 from pathlib import Path
@@ -13,8 +14,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from sim import recipe   # noqa: E402  (bench/sim.py: issue 25 / 36's training recipe)
 
-FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_inference_steps=10"],
+# the recipe predicts the clean sample (DDPM); "flow" is pi0's velocity target, "flow-x" flow predicting the clean chunk
+FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_inference_steps=10",
+                                        "policy.prediction_type=epsilon"],
+          "unet+flow-x": ["policy.objective=flow", "policy.num_inference_steps=10", "policy.prediction_type=sample"],
           "transformer+flow": ["policy.objective=flow", "policy.num_inference_steps=10", "policy.denoiser=transformer",
+                               "policy.prediction_type=epsilon",
                                "policy.transformer.n_layer=8", "policy.transformer.n_head=4",
                                "policy.transformer.n_emb=256", "policy.transformer.p_drop_attn=0.3",
                                "optimizer.weight_decay=1e-3"]}
