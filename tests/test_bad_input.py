@@ -738,7 +738,7 @@ def _(tmp, finished, capsys):
     recs = rollout_run(rd, episodes=1, workers=1, max_steps=5, progress=False)
     assert recs.step.tolist() == [4] and "step_000002: skipped: deleted while this rollout ran" in capsys.readouterr().out
 
-@row("S15", "store", "a LeRobot dataset with its video file deleted, then `dpt convert`", "…/file-000.mp4: missing (…: the top video that meta/episodes names); the dataset is incomplete: download or copy it again")
+@row("S15", "store", "a LeRobot dataset with its video file deleted, then `dpt convert`", "…/file-000.mp4: missing (episode …: the observation.images.top video that meta/episodes names); the dataset is incomplete: download or copy it again")
 def _(tmp):
     from dptoolkit.convert import ConvertError, convert
     src = _copy(ROOT / "tests/data/lerobot/written_by_lerobot", tmp / "ds")
