@@ -23,6 +23,7 @@ FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_in
                                "policy.transformer.n_layer=8", "policy.transformer.n_head=4",
                                "policy.transformer.n_emb=256", "policy.transformer.p_drop_attn=0.3",
                                "optimizer.weight_decay=1e-3"]}
+FAMILY["transformer+flow-x"] = [o.replace("=epsilon", "=sample") for o in FAMILY["transformer+flow"]]
 
 
 def chunk_ms(run, reps: int = 20, steps=None) -> float:
