@@ -84,10 +84,14 @@ def check_protocol(cfg, policy=None) -> type:
     if cls is DiffusionPolicy:
         with torch.device("meta"): DiffusionPolicy.from_config(cfg)
         return cls
-    p, name = build_policy(cfg, policy=cls), cls.__qualname__
+    from dptoolkit.normalize import Normalizer
+    p, name = build_policy(cfg, normalizer=Normalizer(), policy=cls), cls.__qualname__   # identity statistics
     if not cfg.task.dataset.zarr_path: return cls
     b = _windows(cfg, p)
-    loss = p(b, **(p.draw(b, torch.Generator().manual_seed(0)) or {}))
+    try: loss = p(b, **(p.draw(b, torch.Generator().manual_seed(0)) or {}))
+    except Exception as e:   # the user's code: named in one line, before any rank repeats it
+        raise PolicyError(f"policy {name}: draw + forward on two windows of {cfg.task.dataset.zarr_path} raised "
+                          f"{type(e).__name__}: {str(e)[:200]}") from None
     if not (isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.is_floating_point()):
         what = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise PolicyError(f"policy {name}: forward(batch, **draws) returned {what}; the loop needs a scalar loss")

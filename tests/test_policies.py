@@ -63,13 +63,18 @@ class VectorLoss(_Base):
     def forward(self, batch): return self.lin(batch["obs"]["state"].float()).pow(2).mean((1, 2))
 
 
+class Raises(_Base):
+    def forward(self, batch): return batch["obs"]["wrist_camera"].mean()
+
+
 class WrongChunk(_Base):
     def predict_action(self, obs, generator=None): return {"action": obs["state"][:, -2:].float()}
 
 
 @pytest.mark.parametrize("cls, says", [(NoForward, "breaks the policy protocol: no forward"),
                                        (VectorLoss, "returned a tensor of shape [2]; the loop needs a scalar loss"),
-                                       (WrongChunk, "predict_action returned 'action' [2, 2, 14]; expected [2, 6, 14]")])
+                                       (WrongChunk, "predict_action returned 'action' [2, 2, 14]; expected [2, 6, 14]"),
+                                       (Raises, "draw + forward on two windows of")])
 def test_a_policy_that_breaks_the_protocol_is_refused_before_any_process(cls, says, merged, tmp_path):
     with pytest.raises(PolicyError, match=r"^policy " + cls.__name__) as e:
         train(for_store(merged, name="test"), nprocs=2, run_dir=tmp_path / "r", progress=False, policy=cls)
