@@ -13,7 +13,7 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 __all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
            'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval',
            'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo',
-           'build_parser', 'threading_main', 'main']
+           'cmd_study', 'build_parser', 'threading_main', 'main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -659,6 +659,45 @@ COMMANDS.update({
                  help="arguments of dpt train, after --")]),
 })
 
+
+# %% ../nbs/08_cli.ipynb #5c41c4c0
+def cmd_study(a):
+    from dptoolkit.study import study_main
+    study_main(a)
+
+COMMANDS.update({
+    "study": dict(fn=cmd_study, help="train a grid of recipes × training seeds, compare recipes on the same seeds",
+        description="Train the cross product of --grid values × --seeds as runs in one study folder (on free GPUs or "
+                    "disjoint core groups, or as one Slurm job array with --slurm), roll every run out on the same "
+                    "seeds (offline evaluation on a store that is not a simulator's), and print one row per recipe "
+                    "(success pooled over seeds with its interval) and, for two recipes, the paired comparison.",
+        examples=["dpt study --config test --data demos.zarr --grid policy.objective=ddpm,flow --seeds 0,1,2 "
+                  "--out studies/obj --episodes 50 training.max_steps=1500",
+                  "dpt study studies/obj --status", "dpt study studies/obj --resume",
+                  "dpt study --data d.zarr --grid optimizer.lr=1e-4,3e-4 --seeds 0,1 --out s --slurm --parallel 4"],
+        args=[_a("dir", nargs="?", help="an existing study folder (with --status or --resume)"),
+              _a("--config", help="packaged config name or YAML path (default: selected by the data's dimension)"),
+              _a("--data", help="replay-buffer zarr store to train on"),
+              _a("--grid", action="append", metavar="KEY=V1,V2",
+                 help="a config key and the values to try (repeat for a cross product)"),
+              _a("--seeds", default="0,1,2", help="training seeds (default 0,1,2)"),
+              _a("--out", help="the new study's folder"),
+              _a("--episodes", type=count, help="rollout episodes per run (default 20)"),
+              _a("--rollout-seed", type=int, help="first rollout seed (default 100000)"),
+              _a("--every", type=count, help="steps between rollouts while training (default: the final one only)"),
+              _a("--windows", type=count, help="held-out windows per run on a store without a simulator (128)"),
+              _a("--nprocs", type=count, default=1, help="ranks per run on a CPU machine (default 1)"),
+              _a("--gpus-per-run", type=count, default=1, help="GPUs per run (default 1)"),
+              _a("--parallel", type=count, help="at most this many runs at once"),
+              _a("--status", action="store_true", help="what finished, failed or still runs"),
+              _a("--resume", action="store_true", help="run only what is missing, failed or stopped"),
+              _a("--slurm", action="store_true", help="write DIR/study.sbatch: one job array, a task per run"),
+              _a("--cpu", action="store_true", help="with --slurm: CPU tasks (no GPUs requested)"),
+              _a("--partition", help="with --slurm: the partition"), _a("--time", help="with --slurm: time limit"),
+              _a("--submit", action="store_true", help="with --slurm: sbatch it"),
+              _a("--task", type=int, help=argparse.SUPPRESS),   # one run of DIR (the scheduler's, an array task's)
+              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for every run")]),
+})
 
 # %% ../nbs/08_cli.ipynb #87b4f36e
 COMMANDS.update({

@@ -502,7 +502,8 @@ def rollout_checkpoint(ckpt, task="transfer_cube", episodes: int = 20, seed: int
     rec = dict(kind="rollout", step=int(info.get("step", ckpt.name.split("_")[-1])), train_s=info.get("train_s"),
                success=res.success_rate, success_low=lo, success_high=hi, episodes=episodes,
                seeds=[seed, seed + episodes - 1], mean_return=float(res.episodes["ret"].mean()), task=task,
-               unstable=res.summary()["unstable"], rollout_s=res.wall_s, time=time.time())
+               unstable=res.summary()["unstable"], rollout_s=res.wall_s, time=time.time(),
+               outcomes=[int(x) for x in res.episodes["success"]])   # per seed, in order: paired comparisons
     with open(run / "logs.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")      # one write: whole lines
     _tensorboard(run, rec)
     return rec

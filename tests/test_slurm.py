@@ -184,3 +184,16 @@ def test_requeued_job_resumes_where_it_stopped(slurm, merged, tmp_path):
     log = read_log(run)
     assert log.step.tolist() == list(range(5, 301, 5))                        # every step once, after de-duplication
     assert json.loads((run / "result.json").read_text())["steps"] == 300
+
+
+def test_study_job_array_is_what_sbatch_accepts(slurm, merged, tmp_path):
+    out = tmp_path / "study"
+    r = dpt("study", "--config", "test", "--data", merged, "--grid", "policy.objective=ddpm,flow", "--seeds", "0,1",
+            "--out", out, "--slurm", "--cpu", "--parallel", 2, "training.max_steps=10", check=0,
+            env={"SLURM_CONF": slurm["SLURM_CONF"]})
+    script = (out / "study.sbatch").read_text()
+    assert "#SBATCH --array=0-3%2" in script and "#SBATCH --requeue" in script and "--task \"$SLURM_ARRAY_TASK_ID\"" in script
+    t = subprocess.run(["sbatch", "--test-only", str(out / "study.sbatch")], env=slurm, capture_output=True, text=True,
+                       timeout=60)
+    assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
+    assert not (out / "runs").exists()        # written, not run
