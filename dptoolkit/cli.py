@@ -238,7 +238,7 @@ def cmd_report(a):
 def cmd_eval(a):
     from dptoolkit.evaluate import evaluate
     ev = evaluate(a.run, a.data, a.split, max_windows=a.windows, sampler=a.sampler, steps=a.steps, seed=a.seed,
-                  progress=not a.json and not a.no_progress)
+                  progress=not a.json and not a.no_progress, task_name=a.task_name)
     if a.json: print(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
     else: print(ev.summary())
     if a.output:
@@ -268,7 +268,7 @@ def cmd_rollout(a):
         if a.json: print(recs.to_json(orient="records", indent=1))
         return
     res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
-                   video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress))]
+                   video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress), task_name=a.task_name)]
     if a.baselines:
         res += [rollout(b, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                                     progress=not (a.json or a.no_progress)) for b in ("expert", "hold")]
@@ -593,6 +593,7 @@ COMMANDS.update({
                  help="default: the run's own (its config's policy.sampler and steps)"),
               _a("--steps", type=count, help="denoising steps (default: the config's; 10 for --sampler ddim)"),
               _a("--seed", type=int, default=0, help="random seed of the sampler (default 0)"), _JSON("the scores"),
+              _a("--task-name", help="only this task's windows (a merged store's task name)"),
               _a("-o", "--output", help="trajectory figure file (PNG)"), _NO_PROGRESS]),
     "sim-data": dict(fn=cmd_sim_data,
                      help="scripted demonstrations in the ALOHA simulator, written as a store (pip install "
@@ -629,6 +630,7 @@ COMMANDS.update({
               _a("--episodes", type=count, default=10, help="episodes (default 10)"),
               _a("--workers", type=count, help="worker processes (default: one per core)"),
               _a("--seed", type=int, default=1000, help="first seed (default 1000)"),
+              _a("--task-name", help="the task a task-conditioned policy does (one of its policy.task_names)"),
               _a("--max-steps", type=count, default=400, help="steps per episode (default 400)"),
               _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),

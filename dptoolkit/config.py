@@ -80,6 +80,7 @@ _RANGES = {
     "optimizer.lr": ("num", 0, None, False, False), "optimizer.eps": ("num", 0, None, False, False),
     "optimizer.weight_decay": ("num", 0, None, True, False), "optimizer.betas": ("nums", 0, 1, True, False),
     "training.seed": ("int", 0, None, True, False), "training.num_epochs": ("int", 1, None, True, False),
+    "policy.task_embed_dim": ("int", 0, None, True, True),
     "training.max_steps": ("int", 1, None, True, True), "training.lr_warmup_steps": ("int", 0, None, True, False),
     "training.gradient_accumulate_every": ("int", 1, None, True, False),
            "training.grad_clip": ("num", 0, None, False, True),

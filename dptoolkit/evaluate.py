@@ -125,10 +125,11 @@ def plot(self: EvalResult, episodes: int = 2, dims=(0, 1, 2), ax=None):
     return fig
 
 # %% ../nbs/12_evaluate.ipynb #9571cc2d
-def _windows(ds: SequenceDataset, stride: int, max_windows: int) -> np.ndarray:
-    "Indices of every `stride`-th window of each episode, episode by episode, at most `max_windows`."
+def _windows(ds: SequenceDataset, stride: int, max_windows: int, task: int | None = None) -> np.ndarray:
+    "Every `stride`-th window of each episode (of task index `task`), episode by episode, at most `max_windows`."
     out = []
     for e in ds.episodes:
+        if task is not None and ds.episode_task[e] != task: continue
         idx = np.nonzero(ds.rows[:, 1] == (0 if e == 0 else ds.ends[e - 1]))[0]
         out.extend(idx[::stride].tolist())
         if len(out) >= max_windows: break
@@ -165,6 +166,7 @@ def _predict(policy, ds, idx, batch_size, gen, n_steps, hk, progress):
     for i in tqdm(range(0, len(idx), batch_size), desc="evaluate", unit="batch", disable=not progress):
         b = ds.__getitems__(idx[i:i + batch_size])
         obs = {k: v.to(device, non_blocking=True) for k, v in b["obs"].items()}
+        if getattr(policy, "task_embed", None) is not None: obs["task"] = b["task"].to(device)   # each window's own
         out = predict(policy, obs, gen, n_steps)["action"]
         preds.append(out.float().cpu().numpy())
         trues.append(b["action"][:, To - 1:To - 1 + Ta].numpy())
@@ -230,15 +232,22 @@ def _eval_data(run, store, split, device, checkpoint, cls=None):
 # %% ../nbs/12_evaluate.ipynb #1f754afe
 def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 256, batch_size: int = 64,
              sampler: str | None = None, steps: int | None = None, seed: int = 0, device=None, checkpoint=None,
-             progress: bool = True, policy=None) -> EvalResult:
+             progress: bool = True, policy=None, task_name: str | None = None) -> EvalResult:
     """Offline evaluation of a run folder (EMA weights of its latest checkpoint) or a `DiffusionPolicy`, on `store`
     (default: the run's own) and `split` ("val": the run's held-out episodes, the default for a run; "train"; "all": the
     default for a policy object). Returns an `EvalResult` (metrics in the data's units, policy vs "hold" and "mean").
-    `policy`: the class of a run trained with one from a notebook cell (`load_policy`)."""
+    `policy`: the class of a run trained with one from a notebook cell (`load_policy`). `task_name`: only that task's
+    windows (a task-conditioned policy is given each window's own task)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     policy, cfg, store, split, run_name, action_key, adim, train_ds, eval_ds = _eval_data(run, store, split, device,
                                                                                          checkpoint, policy)
-    idx = _windows(eval_ds, policy.n_action_steps, max_windows)
+    tid = None
+    if task_name is not None:
+        if task_name not in eval_ds.task_names:
+            raise EvalError(f"task {task_name!r}: {store} has tasks {eval_ds.task_names or '(none named)'}")
+        tid = eval_ds.task_names.index(task_name)
+    idx = _windows(eval_ds, policy.n_action_steps, max_windows, tid)
+    if not len(idx): raise EvalError(f"{store}: the {split} split has no windows of task {task_name!r}")
     rows = eval_ds.rows[idx]
     To, Ta = policy.n_obs_steps, policy.n_action_steps
     exec_t = rows[:, :1] + np.arange(To - 1, To - 1 + Ta)[None]            # unclipped: the steps the chunk stands for

@@ -152,6 +152,10 @@ def dp_config(cfg, task_name: str | None = None) -> DictConfig:
         raise InteropError(f"policy._target_={target}: diffusion_policy and RoboTwin load their own U-Net policy only; "
                            "another policy class cannot be exported")
     fam = {k: OmegaConf.select(cfg, f"policy.{k}", default=d) for k, d in (("denoiser", "unet"), ("objective", "ddpm"))}
+    if OmegaConf.select(cfg, "policy.task_embed_dim", default=0):
+        raise InteropError(f"policy.task_embed_dim={cfg.policy.task_embed_dim}: diffusion_policy's and RoboTwin's "
+                           "policies have no task input (one policy per task); only policies without task "
+                           "conditioning can be exported")
     if fam != {"denoiser": "unet", "objective": "ddpm"}:
         raise InteropError(f"policy.denoiser={fam['denoiser']}, policy.objective={fam['objective']}: "
                            "diffusion_policy's and RoboTwin's code loads a U-Net trained with DDPM "

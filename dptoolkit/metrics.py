@@ -175,7 +175,6 @@ def _val_loss(model, ds, bs, device, autocast, seed, max_batches=10):
     for i in range(0, min(len(ds), bs * max_batches), bs):
         with autocast():
             b = _to(ds.__getitems__(list(range(i, min(i + bs, len(ds))))), device)
-            b.pop("task", None)
             losses.append(model(b, **(model.draw(b, g) or {})).item())
     return float(np.mean(losses))
 

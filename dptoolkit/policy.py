@@ -22,7 +22,7 @@ from .transformer import TransformerDenoiser, param_groups
 # %% auto #0
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'POOLS', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
            'Upsample1d', 'ConditionalUnet1D', 'PolicyError', 'load_weights', 'replace_batchnorm', 'SpatialSoftmax',
-           'resnet18', 'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy', 'offset_specs']
+           'resnet18', 'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy', 'offset_specs', 'task_conditioning']
 
 # %% ../nbs/04_policy.ipynb #e343b199
 class SinusoidalPosEmb(nn.Module):
@@ -362,7 +362,8 @@ class DiffusionPolicy(nn.Module):
                  down_dims=(256, 512, 1024), kernel_size=5, n_groups=8, diffusion_step_embed_dim=128,
                  num_train_timesteps=100, num_inference_steps=None, beta_schedule="squaredcos_cap_v2",
                  prediction_type="epsilon", sampler="ddpm", action_repr="absolute", obs_repr="absolute",
-                 relative_key=None, objective="ddpm", denoiser="unet", transformer: dict | None = None):
+                 relative_key=None, objective="ddpm", denoiser="unet", transformer: dict | None = None,
+                 task_embed_dim: int = 0, task_names=None):
         super().__init__()
         bad = {k: s for k, s in obs_shapes.items() if len(s) not in (1, 3)}
         if bad: raise PolicyError(f"observation shapes {bad}: expected [D] (low-dim) or [3, H, W] (camera)")
@@ -377,11 +378,17 @@ class DiffusionPolicy(nn.Module):
                             ("denoiser", denoiser, ("unet", "transformer"))):
             if v not in ok: raise PolicyError(f"policy.{name}={v!r}: expected one of {', '.join(ok)}")
         self.objective, self.denoiser = objective, denoiser
+        self.task_names, self.task_embed = list(task_names or []), None
+        if task_embed_dim:   # a learned embedding of the window's task beside each observation step's features
+            if not self.task_names:
+                raise PolicyError(f"policy.task_embed_dim={task_embed_dim} needs the store's task names "
+                                  "(policy.task_names: train fills them from the store's meta/episode_task)")
+            self.task_embed = nn.Embedding(len(self.task_names), int(task_embed_dim))
+        feat = self.obs_encoder.output_dim + int(task_embed_dim or 0)
         if denoiser == "unet":
-            self.model = ConditionalUnet1D(action_dim, n_obs_steps * self.obs_encoder.output_dim,
-                                           diffusion_step_embed_dim, tuple(down_dims), kernel_size, n_groups)
-        else: self.model = TransformerDenoiser(action_dim, horizon, n_obs_steps, self.obs_encoder.output_dim,
-                                               **(transformer or {}))
+            self.model = ConditionalUnet1D(action_dim, n_obs_steps * feat, diffusion_step_embed_dim, tuple(down_dims),
+                                           kernel_size, n_groups)
+        else: self.model = TransformerDenoiser(action_dim, horizon, n_obs_steps, feat, **(transformer or {}))
         self.normalizer = normalizer if normalizer is not None else Normalizer()
         sched = dict(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule,
                      prediction_type=prediction_type,
@@ -396,22 +403,24 @@ class DiffusionPolicy(nn.Module):
         self.action_repr, self.obs_repr = action_repr, obs_repr
         self.relative_key = _relative_key(self, relative_key) if "relative" in (action_repr, obs_repr) else None
 
-    @classmethod
-    def from_config(cls, cfg, normalizer=None):
-        "Build from a dptoolkit config alone (`shape_meta`, `horizon`, `policy.*`, `policy.obs_encoder.*`)."
-        p = cfg.policy
-        enc = {k: (tuple(v) if hasattr(v, "__len__") and not isinstance(v, str) else v) for k,
-               v in dict(p.obs_encoder).items()}
-        return cls(cfg.shape_meta.action_dim, obs_shapes(cfg), cfg.horizon, cfg.n_obs_steps, cfg.n_action_steps,
-                   normalizer=normalizer, obs_encoder=enc, down_dims=tuple(p.down_dims), kernel_size=p.kernel_size,
-                   n_groups=p.n_groups, diffusion_step_embed_dim=p.diffusion_step_embed_dim,
-                   num_train_timesteps=p.num_train_timesteps, num_inference_steps=p.num_inference_steps,
-                   beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler,
-                   **{k: OmegaConf.select(p, k, default=v) for k, v in _REPR_DEFAULTS.items()},
-                   objective=OmegaConf.select(p, "objective", default="ddpm"),
-                   denoiser=OmegaConf.select(p, "denoiser", default="unet"),
-                   transformer=dict(OmegaConf.select(p, "transformer", default=None) or {}))
-
+# %% ../nbs/04_policy.ipynb #c8a4ec34
+@patch(cls_method=True)
+def from_config(cls: DiffusionPolicy, cfg, normalizer=None):
+    "Build from a dptoolkit config alone (`shape_meta`, `horizon`, `policy.*`, `policy.obs_encoder.*`)."
+    p = cfg.policy
+    enc = {k: (tuple(v) if hasattr(v, "__len__") and not isinstance(v, str) else v) for k,
+           v in dict(p.obs_encoder).items()}
+    return cls(cfg.shape_meta.action_dim, obs_shapes(cfg), cfg.horizon, cfg.n_obs_steps, cfg.n_action_steps,
+               normalizer=normalizer, obs_encoder=enc, down_dims=tuple(p.down_dims), kernel_size=p.kernel_size,
+               n_groups=p.n_groups, diffusion_step_embed_dim=p.diffusion_step_embed_dim,
+               num_train_timesteps=p.num_train_timesteps, num_inference_steps=p.num_inference_steps,
+               beta_schedule=p.beta_schedule, prediction_type=p.prediction_type, sampler=p.sampler,
+               **{k: OmegaConf.select(p, k, default=v) for k, v in _REPR_DEFAULTS.items()},
+               objective=OmegaConf.select(p, "objective", default="ddpm"),
+               denoiser=OmegaConf.select(p, "denoiser", default="unet"),
+               transformer=dict(OmegaConf.select(p, "transformer", default=None) or {}),
+               task_embed_dim=OmegaConf.select(p, "task_embed_dim", default=0) or 0,
+               task_names=list(OmegaConf.select(p, "task_names", default=None) or []))
 
 # %% ../nbs/04_policy.ipynb #dedd600a
 @patch
@@ -444,7 +453,8 @@ def _velocity(self: DiffusionPolicy, x, t, cond):
 @patch
 def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None, aux: bool = False) -> torch.Tensor:
     """(B, T ≥ n_obs_steps, ...) per key → global condition (B, n_obs_steps × encoder features), as diffusion_policy
-    flattens it; with `aux`, also the `aux_keys`' prediction (B × n_obs_steps, their dims)."""
+    flattens it; with `aux`, also the `aux_keys`' prediction (B × n_obs_steps, their dims). A task-conditioned policy
+    reads the windows' task indices from `obs["task"]` (B,) and adds their embedding to every step's features."""
     To, flat, B = self.n_obs_steps, {}, None
     for k in self.low_dim_keys:
         x = obs[k][:, :To].float()
@@ -462,7 +472,9 @@ def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None, aux
         B = img.shape[0]
         flat[k] = img[:, :To].reshape(-1, *img.shape[2:])
     out = self.obs_encoder(flat, generator, crops, aux=aux)
-    return (out[0].reshape(B, -1), out[1]) if aux else out.reshape(B, -1)
+    feats = out[0] if aux else out
+    if self.task_embed is not None: feats = torch.cat([feats, self._task_features(obs.get("task"), B)], -1)
+    return (feats.reshape(B, -1), out[1]) if aux else feats.reshape(B, -1)
 
 @patch
 def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
@@ -474,6 +486,17 @@ def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
         xs.append(x.reshape(-1, x.shape[-1]))
     return torch.cat(xs, dim=-1)
 
+# %% ../nbs/04_policy.ipynb #30099f70
+@patch
+def _task_features(self: DiffusionPolicy, task, B: int) -> torch.Tensor:
+    "The task embedding of each window, once per observation step: (B × n_obs_steps, task_embed_dim)."
+    if task is None:
+        raise PolicyError(f"this policy is conditioned on the task ({', '.join(self.task_names)}): pass each "
+                          "window's task index as obs['task'] (dpt eval / dpt rollout --task-name NAME)")
+    task = torch.as_tensor(task, device=self.task_embed.weight.device).long().reshape(-1).expand(B)
+    return self.task_embed(task).repeat_interleave(self.n_obs_steps, 0)
+
+# %% ../nbs/04_policy.ipynb #02eb611b
 @patch
 def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
     """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
@@ -509,7 +532,8 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
     `aux_keys`, `aux_weight` × the MSE of their prediction from the cameras is added."""
     d = self.draw(batch, generator, noise, timesteps, crops)
     action = self.from_action(batch["action"].float(), batch["obs"])
-    cond = self.encode_obs(batch["obs"], crops=d["crops"], aux=bool(self.aux_keys))
+    obs = {**batch["obs"], "task": batch["task"]} if self.task_embed is not None and "task" in batch else batch["obs"]
+    cond = self.encode_obs(obs, crops=d["crops"], aux=bool(self.aux_keys))
     if self.aux_keys: cond, aux = cond
     noise, t = d["noise"], d["timesteps"]
     if self.objective == "flow":   # the straight path's velocity, or its end (prediction_type: sample; flow chapter)
@@ -586,3 +610,19 @@ def to_action(self: DiffusionPolicy, x, obs) -> torch.Tensor:
         To = self.n_obs_steps
         x = x + obs[self.relative_key][:, To - 1:To].float().to(x.device)
     return x
+
+# %% ../nbs/04_policy.ipynb #d827f4a8
+def task_conditioning(cfg, info):
+    """For `policy.task_embed_dim > 0`: `policy.task_names` set to the store's (`info`: `describe`), or `PolicyError`
+    when the store has no task names, or not the ones the config's policy was trained with."""
+    if not (OmegaConf.select(cfg, "policy.task_embed_dim", default=0) or 0): return
+    names = list(info.task_names or [])
+    if not names:
+        raise PolicyError(f"policy.task_embed_dim={cfg.policy.task_embed_dim}: {info.path} has no task names "
+                          "(meta/episode_task and the task_names attribute, which dpt merge and dpt convert write); "
+                          "merge the task stores, or set policy.task_embed_dim=0")
+    have = list(OmegaConf.select(cfg, "policy.task_names", default=None) or [])
+    if have and have != names:
+        raise PolicyError(f"{info.path}: tasks {names}, but the policy's task embedding was learned for {have} "
+                          "(policy.task_names): use a store with those tasks in that order")
+    OmegaConf.update(cfg, "policy.task_names", names, force_add=True)

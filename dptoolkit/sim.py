@@ -13,9 +13,9 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'SimUnstable', 'wilson', 'AlohaSim',
-           'transfer_waypoints', 'expert_episode', 'Demos', 'make_demos', 'check_policy', 'rollout_episode',
-           'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
-           'rollout_run']
+           'transfer_waypoints', 'expert_episode', 'Demos', 'make_demos', 'check_policy', 'task_index',
+           'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint',
+           'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
@@ -329,6 +329,19 @@ def check_policy(policy, task: str = "transfer_cube", name: str = "policy"):
         raise SimError(f"{name}: the policy acts in {policy.action_dim} dimensions, {task} takes 14 "
                        "(2 × 6 joints + 2 grippers)")
 
+def task_index(policy, task_name=None, name: str = "policy"):
+    """The task index a task-conditioned policy is rolled out with: `task_name`'s (its only task when it has one); None
+    for a policy without task conditioning (which a `task_name` cannot be given to)."""
+    names = list(getattr(policy, "task_names", None) or []) if getattr(policy, "task_embed", None) is not None else []
+    if not names:
+        if task_name: raise SimError(f"{name}: --task-name {task_name}: the policy is not conditioned on a task")
+        return None
+    if task_name is None and len(names) == 1: return 0
+    if task_name not in names:
+        raise SimError(f"{name}: the policy is conditioned on the task ({', '.join(names)}): "
+                       + (f"{task_name!r} is not one of them" if task_name else "pass task_name= (--task-name)"))
+    return names.index(task_name)
+
 def _obs_batch(policy, hist):
     "The last n_obs_steps observations as the (1, T, ...) batch `predict_action` takes (store key names)."
     import torch
@@ -341,12 +354,12 @@ def _obs_batch(policy, hist):
 
 # %% ../nbs/13_sim.ipynb #3d852c40
 def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = EPISODE_STEPS, video: str | None = None,
-                    video_size=(240, 320), inference_steps=None) -> dict:
+                    video_size=(240, 320), inference_steps=None, task_index=None) -> dict:
     """One closed-loop episode: the policy sees the last `n_obs_steps` observations, samples an action chunk and the
     first `n_action_steps` actions are executed (diffusion_policy's receding horizon); stops at success. `spec`:
     a run folder, a `DiffusionPolicy`, or the baselines 'expert' (the scripted demonstrator) and 'hold' (keep the
     start pose). Returns seed, success, max reward, return, steps, seconds, `unstable` (the episode ended on an action
-    the physics could not take: a failure) and writes an mp4 with `video`."""
+    the physics could not take: a failure) and writes an mp4 with `video`. `task_index`: a task-conditioned policy's."""
     import torch
     from dptoolkit.protocol import predict
     t0 = time.perf_counter()
@@ -373,6 +386,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
         else:
             with torch.no_grad():
                 obs = {k: v.to(dev) for k, v in _obs_batch(policy, hist).items()}
+                if task_index is not None: obs["task"] = torch.tensor([task_index], device=dev)
                 chunk = predict(policy, obs, g, inference_steps)["action"][0].cpu().numpy()
         for a in chunk:
             try: o, r = env.step(a)
@@ -439,26 +453,29 @@ def rollout_table(results) -> pd.DataFrame:
 # %% ../nbs/13_sim.ipynb #91e9026a
 def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=None, seed: int = 1000,
             max_steps: int = EPISODE_STEPS, video_dir=None, videos: int = 2, inference_steps=None,
-            progress: bool = True, policy=None) -> RolloutResult:
+            progress: bool = True, policy=None, task_name=None) -> RolloutResult:
     """`episodes` closed-loop episodes (seeds `seed` …, recorded in the result so a figure can be reproduced) in
     `workers` processes (default: one per core). `run_or_policy`: a run folder, a `DiffusionPolicy`, or 'expert' /
     'hold'. With `video_dir`, the first `videos` episodes are written as mp4. A policy whose action dimension is not the
     task's 14 is refused before any episode starts. `policy`: the class of a run trained with one from a notebook cell.
-    A policy object reaches the workers by value (cloudpickle), so a notebook-defined class rolls out too."""
+    A policy object reaches the workers by value (cloudpickle), so a notebook-defined class rolls out too.
+    `task_name`: the task a task-conditioned policy does (one of its `task_names`)."""
     _check_task(task)
     _sim()
     name = str(run_or_policy)
     if policy is not None and isinstance(run_or_policy, (str, Path)):   # a run of a notebook-defined class
         from dptoolkit.evaluate import load_policy
         name, run_or_policy = Path(run_or_policy).name, load_policy(run_or_policy, policy=policy)[0]
-    spec = run_or_policy
+    spec, idx = run_or_policy, None
     if not (isinstance(spec, str) and spec in ("expert", "hold")):
         if isinstance(spec, (str, Path)):
             spec, name = str(Path(spec).absolute()), Path(spec).name
-            check_policy(_load_path(spec), task, name)
-        else:
+            pol, label = _load_path(spec), name
+        else: pol, label = spec, "policy"
+        check_policy(pol, task, label)
+        idx = task_index(pol, task_name, label)
+        if not isinstance(spec, str):
             import cloudpickle, uuid
-            check_policy(spec, task, "policy")
             spec = (uuid.uuid4().hex, cloudpickle.dumps(spec))
     seeds = list(range(seed, seed + episodes))
     vids = {s: str(Path(video_dir) / f"{name}-seed{s}.mp4") for s in seeds[:videos]} if video_dir else {}
@@ -468,7 +485,7 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
     with _pool(n) as pool, _bar(episodes, f"rollout {name}", progress) as bar:
         from dptoolkit import sim
         futs = [pool.submit(sim.rollout_episode, spec, task, s, max_steps, vids.get(s), (240, 320),
-                            inference_steps) for s in seeds]
+                            inference_steps, idx) for s in seeds]
         for f in cf.as_completed(futs):
             rows.append(f.result())
             bar.update(1)

@@ -20,7 +20,7 @@ from .normalize import Normalizer
 from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, latest_checkpoint,
                                   load_checkpoint, load_weights, lock_run, restore, resume_step, save_run, unlock_run)
 from .launch import Heartbeat, LaunchError, launch, launched, watch_in_rank
-from .policy import DiffusionPolicy, offset_specs
+from .policy import DiffusionPolicy, offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
 from .store import describe
 # the rooms the loop uses (their public names are importable from here too, as before the split)
@@ -160,6 +160,7 @@ def _build(R, policy=None):
     if not D.zarr_path: raise TrainError("task.dataset.zarr_path is not set (dpt train --data PATH)")
     info = describe(D.zarr_path)   # once per rank: the loader, the shape check and the normalizer read it
     check_store_shapes(cfg, info)
+    task_conditioning(cfg, info)   # policy.task_names from the store (under torchrun train() has not run)
     R.loader = rank_loader(cfg, R.rank, R.world, R.device, batch_size=p.per_device_batch, info=info)
     R.ds, R.train_ds, R.val_ds = R.loader.dataset, R.loader.train, R.loader.val
     R.mixture, R.tasks = R.loader.mixture, R.ds.task_names
@@ -230,7 +231,7 @@ def train_worker(cfg, policy=None) -> dict:
             for batch in R.loader:
                 W.data_wait += time.perf_counter() - t_data
                 beat.phase = "step"
-                W.count_tasks(batch.pop("task", None), device)
+                W.count_tasks(batch.get("task"), device)   # the task stays: a task-conditioned policy reads it
                 batch = _to(batch, device)
                 micro += 1
                 last = micro % p.grad_accum == 0
@@ -322,6 +323,15 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
                                 start_new_session=True)
     return BackgroundRun(rd, proc, log)
 
+# %% ../nbs/05_train.ipynb #5012515e
+def _check_store(cfg, info):
+    """The store against the config, once, before any process starts: shapes, a task-conditioned policy's task names
+    (policy chapter), the task mixture, the simulator the rollouts need."""
+    check_store_shapes(cfg, info)
+    task_conditioning(cfg, info)
+    check_mixture(cfg, info)
+    check_rollouts(cfg, info)
+
 # %% ../nbs/05_train.ipynb #da085d57
 def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume: bool | None = None, backend=None,
           progress: bool = True, overrides=(), wait: bool = True, policy=None, **launch_kw
@@ -343,10 +353,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     cfg.logging.run_dir = str(rd.absolute())
     make_plan(cfg, dev.nprocs)                      # refuse an impossible plan before starting processes
     info = describe(cfg.task.dataset.zarr_path) if cfg.task.dataset.zarr_path else None   # once: shapes, then cache
-    if info is not None:
-        check_store_shapes(cfg, info)
-        check_mixture(cfg, info)
-        check_rollouts(cfg, info)
+    if info is not None: _check_store(cfg, info)
     cls = check_protocol(cfg, policy)   # the policy built once (the packaged one on the meta device)
     if policy is not None: OmegaConf.update(cfg, "policy._target_", policy_target(cls), force_add=True)
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
