@@ -403,7 +403,7 @@ class DiffusionPolicy(nn.Module):
         self.action_repr, self.obs_repr = action_repr, obs_repr
         self.relative_key = _relative_key(self, relative_key) if "relative" in (action_repr, obs_repr) else None
 
-# %% ../nbs/04_policy.ipynb #c8a4ec34
+# %% ../nbs/04_policy.ipynb #83c2837c
 @patch(cls_method=True)
 def from_config(cls: DiffusionPolicy, cfg, normalizer=None):
     "Build from a dptoolkit config alone (`shape_meta`, `horizon`, `policy.*`, `policy.obs_encoder.*`)."
@@ -486,7 +486,7 @@ def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
         xs.append(x.reshape(-1, x.shape[-1]))
     return torch.cat(xs, dim=-1)
 
-# %% ../nbs/04_policy.ipynb #30099f70
+# %% ../nbs/04_policy.ipynb #48663df6
 @patch
 def _task_features(self: DiffusionPolicy, task, B: int) -> torch.Tensor:
     "The task embedding of each window, once per observation step: (B × n_obs_steps, task_embed_dim)."
@@ -496,7 +496,7 @@ def _task_features(self: DiffusionPolicy, task, B: int) -> torch.Tensor:
     task = torch.as_tensor(task, device=self.task_embed.weight.device).long().reshape(-1).expand(B)
     return self.task_embed(task).repeat_interleave(self.n_obs_steps, 0)
 
-# %% ../nbs/04_policy.ipynb #02eb611b
+# %% ../nbs/04_policy.ipynb #2b4222db
 @patch
 def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
     """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
@@ -611,7 +611,7 @@ def to_action(self: DiffusionPolicy, x, obs) -> torch.Tensor:
         x = x + obs[self.relative_key][:, To - 1:To].float().to(x.device)
     return x
 
-# %% ../nbs/04_policy.ipynb #d827f4a8
+# %% ../nbs/04_policy.ipynb #6599c7a7
 def task_conditioning(cfg, info):
     """For `policy.task_embed_dim > 0`: `policy.task_names` set to the store's (`info`: `describe`), or `PolicyError`
     when the store has no task names, or not the ones the config's policy was trained with."""

@@ -323,7 +323,7 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
                                 start_new_session=True)
     return BackgroundRun(rd, proc, log)
 
-# %% ../nbs/05_train.ipynb #5012515e
+# %% ../nbs/05_train.ipynb #6f956617
 def _check_store(cfg, info):
     """The store against the config, once, before any process starts: shapes, a task-conditioned policy's task names
     (policy chapter), the task mixture, the simulator the rollouts need."""
