@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--episodes", type=int, default=10)
-    ap.add_argument("--alone", type=int, help="time only the first N runs alone (default: all)")
+    ap.add_argument("--alone", type=int, help="time only N runs alone, spread over the grid (default: all)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     from dptoolkit.config import for_store
@@ -48,7 +48,8 @@ def main():
     print(s.compare("ddpm", "flow"))
     # the same runs alone, one after another, each on the whole machine (its ranks' threads and 2 rollout workers)
     m = json.loads((s.out / "study.json").read_text())
-    alone, runs = [], m["runs"][:a.alone] if a.alone else m["runs"]
+    k = len(m["runs"])
+    alone, runs = [], [m["runs"][i * k // a.alone] for i in range(a.alone)] if a.alone else m["runs"]
     from dptoolkit.config import apply_overrides
     from omegaconf import OmegaConf
     for r in runs:

@@ -175,12 +175,12 @@ def _scheduler_env():
 def cmd_train(a):
     from omegaconf import OmegaConf
     from dptoolkit.config import for_store, load_config
-    from dptoolkit.train import train, train_worker
     ov = list(a.overrides)
     if a.data: cfg = for_store(a.data, ov, name=a.config)
     else:
         cfg = load_config(a.config or "robot_dp_14", ov)
         if not cfg.task.dataset.zarr_path: raise CLIError("no data: pass --data PATH (a replay-buffer zarr store)")
+    from dptoolkit.train import train, train_worker   # after the config: a bad store or key is said in ~1 s, not ~5
     if a.resume: cfg.training.resume = True
     if a.out: cfg.logging.run_dir = str(Path(a.out).absolute())
     if _scheduler_env():                    # torchrun or srun started this rank: run the loop here, no launcher

@@ -59,7 +59,8 @@ def register_rank(run_dir, threads: int, kind: str = "rank"):
     try:
         d.mkdir(exist_ok=True)
         f = d / str(os.getpid())
-        f.write_text(json.dumps(dict(pid=os.getpid(), run=str(run_dir or ""), threads=int(threads), kind=kind)))
+        f.write_text(json.dumps(dict(pid=os.getpid(), run=str(run_dir or ""), threads=int(threads), kind=kind,
+                                     cores=sorted(os.sched_getaffinity(0)))))
         atexit.register(lambda: f.unlink(missing_ok=True))
     except OSError: pass
 
@@ -71,9 +72,10 @@ def _same_run(a, b) -> bool:
     return bool(a) and bool(b) and os.path.abspath(str(a)) == os.path.abspath(str(b))
 
 def other_ranks(run_dir) -> list:
-    """Live CPU processes on this machine that are not this run's: other runs' ranks and simulator workers (registry
-    entries; dead ones are removed). The run's own rollout workers are left out: `rollout_cores` counts them."""
-    out = []
+    """Live CPU processes on this machine that are not this run's and may run on this process's cores: other runs' ranks
+    and simulator workers (registry entries; dead ones are removed). The run's own rollout workers are left out
+    (`rollout_cores` counts them), and so are processes pinned to other cores (a study's runs, `taskset`)."""
+    out, mine = [], set(os.sched_getaffinity(0))
     for f in _ranks_dir().glob("*") if _ranks_dir().exists() else []:
         try: r = json.loads(f.read_text())
         except (OSError, ValueError): continue
@@ -82,7 +84,7 @@ def other_ranks(run_dir) -> list:
             f.unlink(missing_ok=True)
             continue
         except PermissionError: pass
-        if not _same_run(r.get("run"), run_dir): out.append(r)
+        if not _same_run(r.get("run"), run_dir) and (not r.get("cores") or mine & set(r["cores"])): out.append(r)
     return out
 
 # %% ../nbs/05a_cores.ipynb #b8fe97b4
