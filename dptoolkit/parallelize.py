@@ -15,7 +15,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import TrainError
 
 # %% auto #0
-__all__ = ['cuda_fast_paths', 'compile_wanted', 'compile_backend', 'CompileCheck', 'compile_check', 'compile_checked', 'wrap']
+__all__ = ['rendezvous', 'cuda_fast_paths', 'compile_wanted', 'compile_backend', 'CompileCheck', 'compile_check',
+           'compile_checked', 'wrap']
 
 # %% ../nbs/05c_parallelize.ipynb #f5bff388
 def _to(batch, device):
@@ -42,6 +43,49 @@ def _grad_norm(params, clip):
     if hasattr(torch.nn.utils, "get_total_norm"):
         return torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])
     return torch.nn.utils.clip_grad_norm_(params, float("inf"))
+
+# %% ../nbs/05c_parallelize.ipynb #68ade47c
+def _listening(addr: str, port: int) -> bool:
+    import socket
+    try:
+        with socket.create_connection((addr, port), timeout=1.0): return True
+    except OSError: return False
+
+def _port_free(addr: str, port: int) -> bool:
+    import socket
+    with socket.socket() as s:
+        try: s.bind((addr if addr not in ("localhost",) else "127.0.0.1", port))
+        except OSError: return False
+    return True
+
+def rendezvous(backend: str, timeout_s: float, device_id=None, poll_s: float = 0.2):
+    """`init_process_group` from torchrun-style variables, its failures said in one line (`TrainError`) and SIGTERM
+    working throughout: rank 0 checks that it can listen on MASTER_PORT; another rank waits for a listener (in Python,
+    so a signal is handled) at most `timeout_s`."""
+    import datetime, os, signal, threading, time
+    addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    agent = "TORCHELASTIC_RUN_ID" in os.environ      # torchrun: its agent listens on MASTER_PORT, not rank 0
+    where = f"MASTER_ADDR={addr} MASTER_PORT={port}"
+    if rank == 0 and not agent and not _port_free(addr, port):
+        raise TrainError(f"rank 0 cannot listen on {where}: the port is in use (another run or process holds it); "
+                         "start every rank again with another MASTER_PORT")
+    if rank != 0:
+        end = time.monotonic() + timeout_s
+        while not _listening(addr, port):
+            if time.monotonic() > end:
+                raise TrainError(f"rank {rank} of {world}: nothing listened at {where} within {timeout_s:g} s "
+                                 "(ddp.timeout_s): rank 0 did not start or failed (see its output); start every rank "
+                                 "with the same MASTER_ADDR and MASTER_PORT")
+            time.sleep(poll_s)
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, signal.SIG_DFL) if main else None   # blocked in C++: die at once
+    try: dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id)
+    except (RuntimeError, ValueError) as e:   # DistError and its kinds are RuntimeErrors
+        first = next((l for l in str(e).splitlines() if l.strip()), type(e).__name__)
+        raise TrainError(f"rank {rank} of {world}: the rendezvous at {where} failed: {first}") from None
+    finally:
+        if main: signal.signal(signal.SIGTERM, old)
 
 # %% ../nbs/05c_parallelize.ipynb #b5ee09d5
 def cuda_fast_paths(T, device) -> str:

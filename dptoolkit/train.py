@@ -29,7 +29,7 @@ from .cores import (cpu_threads, fair_threads, other_ranks, register_rank, resha
 from .guards import StopSignal
 from .metrics import Trackers, _finish, _open_run, _Window, log_step, strict_json
 from .parallelize import (CompileCheck, _amp, _grad_norm, _to, compile_backend, compile_check, compile_checked,
-                                   compile_wanted, cuda_fast_paths, wrap)
+                                   compile_wanted, cuda_fast_paths, rendezvous, wrap)
 from .watcher import check_rollouts, finish_rollouts, start_rollouts
 
 # %% auto #0
@@ -126,11 +126,9 @@ def _rank_setup(cfg) -> _Run:
     if use_cuda and not launched(): torch.cuda.set_device(local)
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
     distributed = world > 1 or dist.is_initialized()
-    if distributed and not dist.is_initialized():    # torchrun: env:// rendezvous from its variables
-        import datetime
+    if distributed and not dist.is_initialized():    # torchrun, srun, by hand: env:// (parallelize chapter)
         backend = cfg.ddp.backend if cfg.ddp.backend != "auto" else ("nccl" if use_cuda else "gloo")
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.ddp.timeout_s),
-                                device_id=device if use_cuda else None)
+        rendezvous(backend, cfg.ddp.timeout_s, device_id=device if use_cuda else None)
     share = None
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:   # CPU ranks share the cores: don't oversubscribe
         n, share = fair_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world)), rollout_cores(cfg), _run_dir(cfg))

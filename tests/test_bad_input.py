@@ -668,6 +668,36 @@ def _(tmp, store):
     assert f"cores are shared with 2 simulator worker(s): {want} thread(s) per rank" in out, out[-2000:]
     assert {json.loads(l)["threads"] for l in open(tmp / "a" / "logs.jsonl")} == {want}
 
+@row("L7", "launch", "ranks started by hand (torchrun-style `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`) on a port that is in use: rank 0 cannot listen, rank 1 waits", "rank 0 cannot listen on MASTER_ADDR=… MASTER_PORT=…: the port is in use …; rank 1 of 2: nothing listened at … within … s (ddp.timeout_s) — SIGTERM ends a waiting rank at once (it was 12 minutes, deaf to SIGTERM)", "nothing; both ranks again with another MASTER_PORT train")
+def _(tmp, store):
+    import signal, socket
+    def rank(r, port, *extra, **kw):
+        env = dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        return _start(["train", "--config", "test", "--data", store, "--out", tmp / "r", "--no-progress", *extra], env=env)
+    with socket.socket() as busy:                       # another process listens on the port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = rank(0, port).communicate(timeout=120)[0]
+    lines = [l for l in out.splitlines() if l.startswith("dpt: error")]
+    assert lines == [f"dpt: error: rank 0 cannot listen on MASTER_ADDR=127.0.0.1 MASTER_PORT={port}: the port is in use "
+                     "(another run or process holds it); start every rank again with another MASTER_PORT"], out[-2000:]
+    t0 = time.time()
+    out = rank(1, port, "ddp.timeout_s=5").communicate(timeout=120)[0]     # nobody listens now: rank 1 gives up
+    assert "rank 1 of 2: nothing listened at MASTER_ADDR=127.0.0.1" in out and "within 5 s" in out, out[-2000:]
+    assert "frame #" not in out and time.time() - t0 < 60
+    p = rank(1, port)                                                       # SIGTERM while it waits: it goes
+    time.sleep(8)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == 143 and time.time() - t0 < 10
+    ps = [rank(r, port, "training.max_steps=4") for r in (0, 1)]            # the command the line names: a free port
+    outs = [q.communicate(timeout=300)[0] for q in ps]
+    assert [q.returncode for q in ps] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    assert read_log(tmp / "r").world_size.tolist() == [2]
+
 # issue 50: accidents of a held-out sweep; each ends in one line, or now simply works
 @row("D6", "data", "a one-task store made by `dpt convert`, then `dpt inspect --verify`", "(works: every chunk is written, the one task's all-zero meta/episode_task too)")
 def _(tmp):
