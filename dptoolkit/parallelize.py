@@ -52,10 +52,11 @@ def _listening(addr: str, port: int) -> bool:
     except OSError: return False
 
 def _port_free(addr: str, port: int) -> bool:
-    import socket
+    "False only when something holds the port (EADDRINUSE); an address this host cannot bind is init's to report."
+    import errno, socket
     with socket.socket() as s:
-        try: s.bind((addr if addr not in ("localhost",) else "127.0.0.1", port))
-        except OSError: return False
+        try: s.bind((addr, port))
+        except OSError as e: return e.errno != errno.EADDRINUSE
     return True
 
 def rendezvous(backend: str, timeout_s: float, device_id=None, poll_s: float = 0.2):
