@@ -22,24 +22,29 @@ class TrainError(RuntimeError):
     "Training cannot start or resume; the message names the file or setting."
 
 # %% ../nbs/04b_checkpoint.ipynb #ee9d4283
-def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: int, info: dict | None = None):
+def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: int, info: dict | None = None,
+                     prepared: Path | None = None):
+    """Rank 0 writes checkpoint `step_N` into a temporary folder and renames it (a killed write leaves no half
+    checkpoint); `model` / `ema` are modules (an `EMA`) or their state dicts; `prepared`: the temporary folder, already
+    holding what every rank wrote (an fsdp run's optimizer shards, fsdp chapter)."""
     ck = run_dir / "checkpoints"
     ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
-    tmp = ck / f".{name}.tmp"
-    for old in ck.glob(".step_*.tmp"): shutil.rmtree(old, ignore_errors=True)   # this one's, or a killed write's
+    tmp = prepared or ck / f".{name}.tmp"
+    msd = model if isinstance(model, dict) else model.state_dict()
+    esd = ema if ema is None or isinstance(ema, dict) else ema.module.state_dict()
+    if prepared is None:
+        for old in ck.glob(".step_*.tmp"): shutil.rmtree(old, ignore_errors=True)   # this one's, or a killed write's
     try:
-        tmp.mkdir()
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                  str(tmp / "model.safetensors"))
-        if ema is not None:
-            save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()},
-                      str(tmp / "ema.safetensors"))
+        if prepared is None: tmp.mkdir()
+        save_file({k: v.detach().cpu().contiguous() for k, v in msd.items()}, str(tmp / "model.safetensors"))
+        if esd is not None:
+            save_file({k: v.detach().cpu().contiguous() for k, v in esd.items()}, str(tmp / "ema.safetensors"))
         torch.save(state, tmp / "state.pt")
         if info is not None: (tmp / "info.json").write_text(json.dumps(info))   # step, training seconds: small
     except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
         shutil.rmtree(tmp, ignore_errors=True)
-        need = _tensor_bytes(model.state_dict()) * (2 if ema is not None else 1) + _tensor_bytes(state)
+        need = _tensor_bytes(msd) * (2 if esd is not None else 1) + _tensor_bytes(state)
         free = shutil.disk_usage(ck).free
         full = getattr(e, "errno", None) == errno.ENOSPC or free < need * 1.1
         if not full and not isinstance(e, OSError): raise
@@ -106,7 +111,7 @@ def load_checkpoint(path) -> dict:
 def load_weights(model, sd: dict, source):
     """Load `sd` into `model` strictly; `TrainError` naming the first missing, unexpected or mis-shaped key (expected vs
     found)."""
-    own = model.state_dict()
+    own = model.state_dict()   # an FSDP model's: DTensors with the whole shapes
     for k, v in own.items():
         if k not in sd:
             raise TrainError(f"{source}: has no {k} (shape {list(v.shape)}), which this model needs; it was saved from "
@@ -118,7 +123,11 @@ def load_weights(model, sd: dict, source):
     if extra:
         raise TrainError(f"{source}: holds {extra[0]} (and {len(extra) - 1} more keys) that this model does not have; "
                          "it was saved from a different model")
-    model.load_state_dict(sd)
+    from dptoolkit.fsdp import is_sharded
+    if is_sharded(model):   # each rank keeps its shard of the whole tensors (fsdp chapter)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        set_model_state_dict(model, sd, options=StateDictOptions(full_state_dict=True))
+    else: model.load_state_dict(sd)
 
 # %% ../nbs/04b_checkpoint.ipynb #afcd6ca8
 _locks = {}   # run folder -> open lock file of this process
@@ -234,9 +243,13 @@ def check_store_shapes(cfg, info):
 
 # %% ../nbs/04b_checkpoint.ipynb #f73cd9a4
 def check_resume_data(rd: Path, cfg):
-    "A resume onto data of other shapes than the run was trained on: `TrainError` naming both stores and the shapes."
+    """A resume onto data of other shapes than the run was trained on, or from a sharded checkpoint missing a rank's
+    file: `TrainError` naming both stores and the shapes, or the file."""
     from omegaconf import OmegaConf
     f, latest = Path(rd) / "config.yaml", Path(rd) / "checkpoints" / "latest"
+    if latest.exists():   # an fsdp run's checkpoint: every rank's optimizer shard is there (fsdp chapter)
+        from dptoolkit.fsdp import check_resume_shards
+        check_resume_shards(latest_checkpoint(rd))
     if not (f.exists() and latest.exists()): return
     old = OmegaConf.load(f)
     was = dict(old.shape_meta.obs or {}, action=[old.shape_meta.action_dim])
@@ -268,9 +281,13 @@ def _last_good(run_dir, lr) -> str:
 
 @torch.no_grad()
 def _params_finite(model, ema) -> bool:
-    "True when every weight (model and EMA) is finite: one device-to-host read, made only before a checkpoint."
-    ts = [p for p in model.parameters()] + ([p for p in ema.module.parameters()] if ema is not None else [])
-    return bool(torch.stack([torch.isfinite(t).all() for t in ts]).all().item())
+    """True when every weight (model and EMA) is finite: one device-to-host read, made only before a checkpoint. FSDP:
+    each rank checks its shards and all agree."""
+    from dptoolkit.fsdp import is_sharded, local
+    ts = local([p for p in model.parameters()] + ([p for p in ema.module.parameters()] if ema is not None else []))
+    ok = torch.stack([torch.isfinite(t).all() for t in ts]).all().float().reshape(1)
+    if is_sharded(model) and dist.is_initialized(): dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return bool(ok.item())
 
 # %% ../nbs/04b_checkpoint.ipynb #54f5387f
 def save_run(R):
@@ -283,15 +300,19 @@ def save_run(R):
     if R.distributed:
         states = [None] * R.world
         dist.all_gather_object(states, R.gen.get_state())
+    model, ema, opt, tmp = R.model, R.ema, dict(optimizer=R.opt.state_dict()) if R.is_main else None, None
+    if getattr(R, "strategy", "ddp") == "fsdp":   # every rank writes its optimizer shard (fsdp chapter)
+        from dptoolkit.fsdp import save_sharded
+        model, ema, files, tmp = save_sharded(R)
+        opt = dict(optimizer_dcp=dict(folder="optimizer", files=files))
     if R.is_main:
-        ema = R.ema
-        state = dict(optimizer=R.opt.state_dict(), scheduler=R.sched.state_dict(),
+        state = dict(**opt, scheduler=R.sched.state_dict(),
                      scaler=R.scaler.state_dict() if R.scaler else {},
                      step=R.step, epoch=R.epoch, step_in_epoch=R.step_in_epoch, world_size=R.world, noise_rng=states,
-                     torch_rng=torch.get_rng_state(), ema_n_averaged=int(ema.n_averaged) if ema is not None else 0,
+                     torch_rng=torch.get_rng_state(), ema_n_averaged=int(R.ema.n_averaged) if R.ema is not None else 0,
                      grad_norm_ref=R.gref)
         info = dict(step=R.step, epoch=R.epoch, train_s=R.train_s0 + time.perf_counter() - R.W.t_start - R.W.val_s)
-        write_checkpoint(R.run_dir, R.step, R.model, ema, state, int(R.T.keep_checkpoints), info)
+        write_checkpoint(R.run_dir, R.step, model, ema, state, int(R.T.keep_checkpoints), info, prepared=tmp)
 
 # %% ../nbs/04b_checkpoint.ipynb #ffc6487f
 def restore(R, schedule):
@@ -307,11 +328,12 @@ def restore(R, schedule):
     if R.ema is not None:
         load_weights(R.ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
     s, ours = ck["state"], "scheduler" in ck["state"]
-    if "optimizer" not in s:   # an imported checkpoint (interop): weights only, training starts at step 0
+    if "optimizer" not in s and "optimizer_dcp" not in s:   # an imported checkpoint (interop): weights only, step 0
         if R.ema is not None: R.ema.n_averaged = 1
         return
     flags = [(g.get("fused"), g.get("foreach")) for g in R.opt.param_groups]
-    R.opt.load_state_dict(s["optimizer"])
+    from dptoolkit.fsdp import restore_optimizer
+    restore_optimizer(R, s, where)   # whole, or DCP shards onto this run's strategy and world size (fsdp chapter)
     for g, (fu, fe) in zip(R.opt.param_groups, flags):   # this machine's kernels; the base LR of this run's schedule
         g["fused"], g["foreach"] = fu, fe
         if ours: g["initial_lr"] = R.p.lr

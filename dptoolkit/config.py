@@ -58,7 +58,7 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
             "policy.sampler": ("ddpm", "ddim"), "ddp.backend": ("auto", "nccl", "gloo"),
             "training.device": ("auto", "cpu", "cuda"), "training.on_nonfinite": ("stop", "ignore"),
             "policy.prediction_type": ("epsilon", "sample"), "policy.objective": ("ddpm", "flow"),
-            "policy.denoiser": ("unet", "transformer"),
+            "policy.denoiser": ("unet", "transformer"), "training.strategy": ("ddp", "fsdp"),
             "policy.action_repr": ("absolute", "relative"), "policy.obs_repr": ("absolute", "relative"),
             "logging.wandb.mode": ("online", "offline", "disabled"),
             "task.dataset.storage": ("auto", "mmap", "memory", "chunks", "device"),
@@ -182,6 +182,9 @@ def check_config(cfg: DictConfig):
     for name in OmegaConf.select(cfg, "training.stop_signals", default=None) or []:
         if not str(name).startswith("SIG") or not isinstance(getattr(signal, str(name), None), signal.Signals):
             raise ConfigError(f"training.stop_signals: {name!r} is not a signal name (e.g. SIGTERM, SIGUSR1)")
+    if OmegaConf.select(cfg, "training.strategy") == "fsdp" and cfg.training.mixed_precision == "fp16":
+        raise ConfigError("training.strategy=fsdp with training.mixed_precision=fp16: FSDP2 trains in bf16 (or fp32) "
+                          "without a loss scaler; use training.mixed_precision=bf16")
     if cfg.n_obs_steps > cfg.horizon or cfg.n_action_steps > cfg.horizon:
         raise ConfigError(f"n_obs_steps={cfg.n_obs_steps} and n_action_steps={cfg.n_action_steps} must not exceed "
                           f"horizon={cfg.horizon}")

@@ -16,7 +16,7 @@ from .checkpoint import TrainError
 
 # %% auto #0
 __all__ = ['rendezvous', 'cuda_fast_paths', 'compile_wanted', 'compile_backend', 'CompileCheck', 'compile_check',
-           'compile_checked', 'wrap']
+           'compile_checked', 'wrap', 'no_sync']
 
 # %% ../nbs/05c_parallelize.ipynb #f5bff388
 def _to(batch, device):
@@ -38,7 +38,14 @@ def _buffer_sync(on: bool) -> dict:
             else "broadcast_buffers": on}
 
 def _grad_norm(params, clip):
-    "Total grad norm, clipped to `clip` when set; without clipping only the norm is computed (torch >= 2.6)."
+    """Total grad norm, clipped to `clip` when set; without clipping only the norm is computed (torch >= 2.6). FSDP
+    shards (fsdp chapter): the norm over every rank's shards (one all-reduce), then clipped with it."""
+    from torch.distributed.tensor import DTensor
+    if params and isinstance(params[0], DTensor):
+        total = torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])
+        if isinstance(total, DTensor): total = total.full_tensor()
+        if clip: torch.nn.utils.clip_grads_with_norm_(params, clip, total)
+        return total
     if clip: return torch.nn.utils.clip_grad_norm_(params, clip)
     if hasattr(torch.nn.utils, "get_total_norm"):
         return torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])
@@ -176,9 +183,10 @@ def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision,
 
 # %% ../nbs/05c_parallelize.ipynb #6c4bc586
 def wrap(R):
-    "DDP (no per-step buffer broadcast unless the model has BatchNorm statistics), CUDA fast paths, torch.compile."
+    """DDP (no per-step buffer broadcast unless the model has BatchNorm statistics; not under fsdp, whose model
+    `shard` made already), CUDA fast paths, torch.compile."""
     R.net = R.model
-    if R.distributed:
+    if R.distributed and getattr(R, "strategy", "ddp") != "fsdp":
         # buffers here are the normalizer's constants, equal on every rank: broadcasting them before each forward (DDP's
         # default) would add a collective per step; models with BatchNorm statistics keep it
         bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in R.model.modules())
@@ -188,3 +196,16 @@ def wrap(R):
     R.fast = cuda_fast_paths(R.T, R.device)
     R.net, R.compiled = _compile(R.cfg, R.model, R.net, R.train_ds, R.p.per_device_batch, R.device, R.autocast,
                                  R.precision, R.is_main)
+
+def no_sync(R, last: bool):
+    """The loop's accumulation: before the last micro-batch of a step, gradients stay local — DDP's `no_sync`, FSDP2's
+    `set_requires_gradient_sync(False)`; the last one reduces them."""
+    if last or not R.distributed: return contextlib.nullcontext()
+    if getattr(R, "strategy", "ddp") == "fsdp": return _fsdp_no_sync(R.model)
+    return R.net.no_sync()
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model):
+    model.set_requires_gradient_sync(False)
+    try: yield
+    finally: model.set_requires_gradient_sync(True)

@@ -26,10 +26,11 @@ from .store import describe
 # the rooms the loop uses (their public names are importable from here too, as before the split)
 from .cores import (cpu_threads, fair_threads, other_ranks, register_rank, reshare_threads, rollout_cores,
                              unregister_rank)
+from .fsdp import local, shard
 from .guards import StopSignal
 from .metrics import Trackers, _finish, _open_run, _Window, log_step, strict_json
 from .parallelize import (CompileCheck, _amp, _grad_norm, _to, compile_backend, compile_check, compile_checked,
-                                   compile_wanted, cuda_fast_paths, rendezvous, wrap)
+                                   compile_wanted, cuda_fast_paths, no_sync, rendezvous, wrap)
 from .watcher import check_rollouts, finish_rollouts, start_rollouts
 
 # %% auto #0
@@ -58,8 +59,8 @@ class EMA(torch.nn.Module):
 
     @torch.no_grad()
     def update_parameters(self, model):
-        dst = list(self.module.parameters()) + list(self.module.buffers())
-        src = [t.detach() for t in list(model.parameters()) + list(model.buffers())]
+        dst = local(list(self.module.parameters()) + list(self.module.buffers()))   # FSDP: this rank's shards
+        src = local([t.detach() for t in list(model.parameters()) + list(model.buffers())])
         if len(src) != len(dst): raise ValueError(f"EMA holds {len(dst)} tensors but the model has {len(src)}")
         if self.n_averaged == 0: torch._foreach_copy_(dst, src)
         else:
@@ -171,6 +172,7 @@ def _build(R, policy=None):
                                 offsets=offset_specs(cfg))
     R.model = build_policy(cfg, normalizer=norm, policy=policy).to(R.device)   # the protocol chapter's policy
     R.ema = make_ema(R.model, cfg.ema) if cfg.ema.enable else None
+    shard(R)   # training.strategy: fsdp, activation checkpointing (fsdp chapter): before the optimizer holds parameters
     R.params = list(R.model.parameters())
     wd = cfg.optimizer.weight_decay
     groups = R.model.param_groups(wd) if hasattr(R.model, "param_groups") else R.params
@@ -233,7 +235,7 @@ def train_worker(cfg, policy=None) -> dict:
                 batch = _to(batch, device)
                 micro += 1
                 last = micro % p.grad_accum == 0
-                with contextlib.nullcontext() if (last or not R.distributed) else net.no_sync():
+                with no_sync(R, last):   # accumulation: gradients reduced on the last micro-batch only
                     with R.autocast():   # the loss's random inputs are drawn here, outside the compiled graph
                         loss = net(batch, **model.draw(batch, gen)) / p.grad_accum
                     (scaler.scale(loss) if scaler else loss).backward()
@@ -353,6 +355,7 @@ def train(cfg, nprocs: int | None = None, gpu_ids=None, *, run_dir=None, resume:
     info = describe(cfg.task.dataset.zarr_path) if cfg.task.dataset.zarr_path else None   # once: shapes, then cache
     if info is not None: _check_store(cfg, info)
     cls = check_protocol(cfg, policy)   # the policy built once (the packaged one on the meta device)
+    if dev.kind == "cuda": _memory_note(cfg, dev, policy)
     if policy is not None: OmegaConf.update(cfg, "policy._target_", policy_target(cls), force_add=True)
     check_run_dir(rd, cfg.training.resume)   # read-only, busy or mismatched folders: refused before any process starts
     if cfg.training.resume: check_resume_data(rd, cfg)
@@ -411,3 +414,10 @@ def _by_value_only(cls, policy, wait, cfg):
              else None)
     if other: raise TrainError(f"{cls.__qualname__} is defined in a notebook cell or __main__, so it has no import "
                                f"path for {other}; move it into a module (policy._target_: package.module.Class)")
+
+def _memory_note(cfg, dev, policy):
+    "On GPUs: a warning when the model state alone would not fit one (fsdp chapter's `memory_warning`)."
+    from dptoolkit.fsdp import memory_warning
+    w = memory_warning(cfg, dev.nprocs, torch.cuda.get_device_properties(dev.ids[0] if dev.ids else 0).total_memory,
+                       policy)
+    if w: print(f"train: warning: {w}", flush=True)

@@ -1,0 +1,126 @@
+"""`training.strategy: fsdp` (PyTorch's FSDP2) on CPU with gloo at world 2: it trains like ddp, writes sharded
+optimizer files and no whole optimizer, resumes exactly, resumes as ddp and at world 1, takes a ddp checkpoint, and
+refuses what it cannot do in one line (fsdp chapter)."""
+import json, shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from dptoolkit.checkpoint import TrainError
+from dptoolkit.config import ConfigError, for_store
+from dptoolkit.launch import LaunchError
+from dptoolkit.report import read_log
+from dptoolkit.store import sample_data
+from dptoolkit.train import train
+
+OV = ["training.max_steps=4", "training.checkpoint_every=2", "training.log_every=1", "training.device=cpu",
+      "training.val_every=1", "training.deterministic=true", "training.grad_clip=0.5",
+      "training.gradient_accumulate_every=2"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return sample_data(tmp_path_factory.mktemp("s"), tasks=1, episodes=6, seed=3)[0]
+
+
+def _train(store, rd, nprocs=2, strategy="fsdp", resume=None, extra=()):
+    return train(for_store(store, name="test"), nprocs=nprocs, run_dir=rd, progress=False, resume=resume,
+                 overrides=OV + [f"training.strategy={strategy}", *extra])
+
+
+@pytest.fixture(scope="module")
+def runs(store, tmp_path_factory):
+    """The same 4 steps (2 micro-batches each) from the same seed under fsdp (with activation checkpointing) and ddp,
+    world 2."""
+    d = tmp_path_factory.mktemp("runs")
+    return (_train(store, d / "fsdp", extra=["training.activation_checkpointing=true"]),
+            _train(store, d / "ddp", strategy="ddp"))
+
+
+def _from_step(run: Path, step: int, dst: Path) -> Path:
+    "A copy of `run` as it stood after the checkpoint at `step` (later checkpoints and the result removed)."
+    shutil.copytree(run, dst)
+    for ck in (dst / "checkpoints").glob("step_*"):
+        if int(ck.name.split("_")[1]) > step: shutil.rmtree(ck)
+    (dst / "checkpoints" / "latest").write_text(f"step_{step:06d}")
+    (dst / "result.json").unlink()
+    return dst
+
+
+def _losses(run, steps=(3, 4)):
+    return read_log(run).set_index("step").loc[list(steps), "loss"].to_numpy()
+
+
+def test_fsdp_trains_like_ddp_and_writes_each_ranks_shard(runs):
+    f, d = runs
+    assert f.metrics["completed"] and f.metrics["world_size"] == 2
+    # the same losses as ddp from the same seed (the reductions differ only in summation order); accumulation kept
+    # the gradients local until the last micro-batch, and recomputed activations give the same gradients
+    a, b = read_log(f.run_dir).set_index("step"), read_log(d.run_dir).set_index("step")
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-4)
+    np.testing.assert_allclose(a.grad_norm, b.grad_norm, rtol=1e-4)
+    for step in (2, 4):
+        ck = f.run_dir / "checkpoints" / f"step_{step:06d}"
+        opt = ck / "optimizer"
+        assert sorted(p.name for p in opt.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+        state = torch.load(ck / "state.pt", weights_only=True)
+        assert "optimizer" not in state and state["optimizer_dcp"]["files"] == [".metadata", "__0_0.distcp",
+                                                                                  "__1_0.distcp"]
+        # what dpt eval / rollout / export read: whole tensors, the ddp run's names and shapes
+        ddp_ck = d.run_dir / "checkpoints" / f"step_{step:06d}"
+        for name in ("model.safetensors", "ema.safetensors"):
+            x, y = load_file(ck / name), load_file(ddp_ck / name)
+            assert {k: v.shape for k, v in x.items()} == {k: v.shape for k, v in y.items()}
+            assert max((x[k] - y[k]).abs().max().item() for k in x) < 1e-4
+    run = OmegaConf.load(f.run_dir / "config.yaml").run
+    ddp_run = OmegaConf.load(d.run_dir / "config.yaml").run
+    assert run.strategy == "fsdp" and ddp_run.strategy == "ddp"
+    # each rank holds half the parameters (and AdamW, EMA) that a ddp rank holds
+    assert run.rank_bytes.params <= 0.51 * ddp_run.rank_bytes.params
+    assert run.rank_bytes.total <= 0.51 * ddp_run.rank_bytes.total
+    assert "val_loss_ema" in f.metrics and abs(f.metrics["val_loss_ema"] - d.metrics["val_loss_ema"]) < 1e-3
+
+
+def test_fsdp_resumes_exactly_and_moves_across_strategies_and_world_sizes(runs, store, tmp_path):
+    f, d = runs
+    # fsdp -> fsdp at the same world size: bit-exact (with each block's parameters kept from forward to backward)
+    r = _train(store, _from_step(f.run_dir, 2, tmp_path / "again"), resume=True, extra=["training.fsdp_reshard=false"])
+    assert r.metrics["steps"] == 4 and _losses(r.run_dir).tolist() == _losses(f.run_dir).tolist()
+    # fsdp -> ddp at world 2: the same steps, up to summation order
+    r = _train(store, _from_step(f.run_dir, 2, tmp_path / "as_ddp"), strategy="ddp", resume=True)
+    np.testing.assert_allclose(_losses(r.run_dir), _losses(f.run_dir), rtol=1e-4)
+    # ddp -> fsdp: the ddp optimizer (by position) sharded by name
+    r = _train(store, _from_step(d.run_dir, 2, tmp_path / "from_ddp"), resume=True)
+    np.testing.assert_allclose(_losses(r.run_dir), _losses(d.run_dir), rtol=1e-4)
+    assert (r.run_dir / "checkpoints" / "step_000004" / "optimizer" / "__1_0.distcp").exists()
+    # fsdp world 2 -> fsdp world 1: the shards resharded onto one rank; the schedule goes on where it was
+    r = _train(store, _from_step(f.run_dir, 2, tmp_path / "one"), nprocs=1, resume=True)
+    log = read_log(r.run_dir).set_index("step")
+    assert r.metrics["steps"] == 4 and np.isfinite(log.loss).all()
+    assert log.loc[[3, 4], "lr"].tolist() == read_log(f.run_dir).set_index("step").loc[[3, 4], "lr"].tolist()
+    ck = r.run_dir / "checkpoints" / "step_000004" / "optimizer"
+    assert sorted(p.name for p in ck.iterdir()) == [".metadata", "__0_0.distcp"]
+
+
+def test_fsdp_refusals_are_one_line(runs, store, tmp_path):
+    f, _ = runs
+    # a sharded checkpoint missing one rank's file: refused before any process starts, the file named
+    rd = _from_step(f.run_dir, 2, tmp_path / "torn")
+    (rd / "checkpoints" / "step_000002" / "optimizer" / "__1_0.distcp").unlink()
+    before = sorted(p.name for p in rd.rglob("*"))
+    with pytest.raises(TrainError, match=r"optimizer/__1_0.distcp: missing from the sharded checkpoint") as e:
+        _train(store, rd, resume=True)
+    assert "\n" not in str(e.value) and sorted(p.name for p in rd.rglob("*")) == before
+    # fp16 has no loss scaler under FSDP2: refused by the config check, nothing written
+    with pytest.raises(ConfigError, match="training.strategy=fsdp with training.mixed_precision=fp16"):
+        _train(store, tmp_path / "fp16", extra=["training.mixed_precision=fp16"])
+    assert not (tmp_path / "fp16").exists()
+    with pytest.raises(ConfigError, match=r"training.strategy='zero3': expected one of ddp, fsdp"):
+        _train(store, tmp_path / "zero3", strategy="zero3")
+    # a resume onto another model shape: the tensor named, expected vs found
+    with pytest.raises(LaunchError, match=r"has shape .* this model expects"):
+        _train(store, _from_step(f.run_dir, 2, tmp_path / "wider"), resume=True, extra=["policy.down_dims=[16,32]"])
