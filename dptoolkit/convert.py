@@ -20,8 +20,8 @@ from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, atomic_dir, create_array,
 
 # %% auto #0
 __all__ = ['FRAME_CODEC', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
-           'put_chunk', 'die_with_parent', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'vector_stats',
-           'ImageStats', 'encode_camera', 'to_lerobot', 'convert']
+           'put_chunk', 'die_with_parent', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'lerobot_stats',
+           'image_stats', 'aggregate_stats', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
 
 # %% ../nbs/01b_convert.ipynb #a86937db
 class ConvertError(ValueError):
@@ -492,31 +492,62 @@ def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_step
 _QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _QKEYS = tuple(f"q{int(round(q * 100)):02d}" for q in _QUANTILES)
 
-def vector_stats(x: np.ndarray) -> dict:
-    "LeRobot's statistics of a (N, D) feature: min, max, mean, std, count, q01 … q99 (lists, per dimension)."
-    x = np.asarray(x, dtype=np.float64)
-    out = dict(min=x.min(0), max=x.max(0), mean=x.mean(0), std=x.std(0))
-    out.update(zip(_QKEYS, np.quantile(x, _QUANTILES, axis=0)))
-    return {**{k: np.asarray(v).tolist() for k, v in out.items()}, "count": [int(len(x))]}
+def _hist_quantiles(col, n: int) -> list:
+    "lerobot's quantiles of one column: a 5000-bin histogram over min − 1e-10 … max + 1e-10, interpolated in its bin."
+    edges = np.linspace(col.min() - 1e-10, col.max() + 1e-10, 5001)
+    cum = np.cumsum(np.histogram(col, bins=edges)[0])
+    out = []
+    for q in _QUANTILES:
+        t = q * n
+        i = int(np.searchsorted(cum, t))
+        if i == 0 or i >= len(cum): out.append(edges[0] if i == 0 else edges[-1])
+        elif cum[i] == cum[i - 1]: out.append(edges[i])
+        else: out.append(edges[i] + (t - cum[i - 1]) / (cum[i] - cum[i - 1]) * (edges[i + 1] - edges[i]))
+    return out
 
-class ImageStats:
-    "LeRobot's statistics of a camera (per channel, in [0, 1], shaped (3, 1, 1)) from uint8 frames streamed through."
-    def __init__(self): self.hist, self.frames = np.zeros((3, 256), np.int64), 0
-    def add(self, frames: np.ndarray):
-        "Count a block of uint8 (n, 3, H, W) frames."
-        for c in range(3): self.hist[c] += np.bincount(frames[:, c].ravel(), minlength=256)
-        self.frames += len(frames)
-    def result(self) -> dict:
-        "The statistics of everything added so far."
-        v, n = np.arange(256) / 255.0, self.hist.sum(1)
-        mean = (self.hist * v).sum(1) / n
-        cdf = np.cumsum(self.hist, 1) / n[:, None]
-        out = dict(min=[v[h > 0][0] for h in self.hist], max=[v[h > 0][-1] for h in self.hist], mean=mean,
-                   std=np.sqrt(np.maximum((self.hist * v ** 2).sum(1) / n - mean ** 2, 0)))
-        out.update({k: [v[np.searchsorted(c, q)] for c in cdf] for k, q in zip(_QKEYS, _QUANTILES)})
-        return {**{k: np.asarray(x, dtype=np.float64).reshape(3, 1, 1).tolist() for k, x in out.items()},
-                "count": [self.frames]}
+def lerobot_stats(x, count: int | None = None) -> dict:
+    """One episode's statistics of a feature as lerobot 0.4 computes them: rows of `x` ((N,) or (N, D)) → per
+    dimension min, max (in the data's dtype), mean, std, count (`count`, else N), q01 … q99 (histogram quantiles;
+    with fewer than 2 rows, the mean)."""
+    rows = np.asarray(x)
+    rows = rows.reshape(-1, 1) if rows.ndim == 1 else rows
+    f = rows.astype(np.float64)
+    mean = f.mean(0)
+    out = dict(min=rows.min(0), max=rows.max(0), mean=mean)
+    if len(rows) < 2: out["std"], qs = f.std(0), [mean.copy() for _ in _QUANTILES]
+    else:
+        out["std"] = np.sqrt(np.maximum(0, (f ** 2).mean(0) - mean ** 2))
+        qs = list(np.array([_hist_quantiles(rows[:, j], len(rows)) for j in range(rows.shape[1])]).T)
+    return {**out, "count": np.array([len(rows) if count is None else count]), **dict(zip(_QKEYS, qs))}
 
+def _sample_indices(n: int) -> np.ndarray:
+    "The frames of an n-frame episode lerobot reads for camera statistics (all below 100, ~n^0.75 above)."
+    k = max(min(100, n), min(int(n ** 0.75), 10_000))
+    return np.round(np.linspace(0, n - 1, k)).astype(int)
+
+def image_stats(frames) -> dict:
+    """lerobot's statistics of one episode's sampled camera frames (uint8 (n, 3, H, W); above 300 px downsampled to
+    ~150): per channel in [0, 1], shaped (3, 1, 1); count = frames."""
+    frames = np.asarray(frames)
+    H, W = frames.shape[2:]
+    if max(H, W) >= 300:
+        k = int(W / 150) if W > H else int(H / 150)
+        frames = frames[:, :, ::k, ::k]
+    s = lerobot_stats(frames.transpose(0, 2, 3, 1).reshape(-1, 3), count=len(frames))
+    return {k: v if k == "count" else (v / 255.0).reshape(3, 1, 1) for k, v in s.items()}
+
+def aggregate_stats(episodes: list) -> dict:
+    """Episodes' statistics of one feature → the dataset's, as lerobot's `aggregate_feature_stats`: count-weighted
+    mean, parallel variance, min of mins, max of maxes, each quantile the count-weighted mean of the episodes'."""
+    n = np.stack([s["count"] for s in episodes]).astype(np.float64)
+    total = n.sum(0)
+    mean = np.stack([s["mean"] for s in episodes])
+    w = n.reshape(-1, *[1] * (mean.ndim - 1))
+    m = (mean * w).sum(0) / total
+    var = ((np.stack([s["std"] for s in episodes]) ** 2 + (mean - m) ** 2) * w).sum(0) / total
+    stack = lambda k: np.stack([s[k] for s in episodes])
+    out = dict(min=stack("min").min(0), max=stack("max").max(0), mean=m, std=np.sqrt(var), count=total.astype(np.int64))
+    return {**out, **{q: (np.stack([s[q] for s in episodes]) * w).sum(0) / total for q in _QKEYS}}
 
 # %% ../nbs/01b_convert.ipynb #4e48d181
 def _open_video(path: Path, fps, codec, crf, H, W):
@@ -538,16 +569,15 @@ def _close_video(out, s):
 def encode_camera(arr, lengths, root: Path, feature: str, fps, *, codec="libsvtav1", crf=30, file_mb=200,
                   chunk_steps=100, bar=None) -> tuple:
     """One camera's frames (a zarr array, (N, 3, H, W) uint8) → `videos/<feature>/chunk-*/file-*.mp4`; returns each
-    episode's (chunk index, file index, from, to seconds) and the camera's `ImageStats` result."""
+    episode's (chunk index, file index, from, to seconds)."""
     import av
     os.environ.setdefault("SVT_LOG", "1")                  # SVT-AV1 prints its banner otherwise
     ends, H, W = np.cumsum(lengths), arr.shape[2], arr.shape[3]
-    fidx, in_file, e, start, rows, stats = 0, 0, 0, 0.0, [], ImageStats()
+    fidx, in_file, e, start, rows = 0, 0, 0, 0.0, []
     path = lambda i: root / "videos" / feature / f"chunk-{i // 1000:03d}" / f"file-{i % 1000:03d}.mp4"
     out, s = _open_video(path(0), fps, codec, crf, H, W)
     for k in range(0, int(ends[-1]), chunk_steps):
         block = np.asarray(arr[k:k + chunk_steps])
-        stats.add(block)
         for i, f in enumerate(block, start=k):
             for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f.transpose(1, 2, 0)), format="rgb24")):
                 out.mux(p)
@@ -562,7 +592,7 @@ def encode_camera(arr, lengths, root: Path, feature: str, fps, *, codec="libsvta
                 start = in_file / fps
         if bar is not None: bar.update(len(block))
     _close_video(out, s)
-    return rows, stats.result()
+    return rows
 
 
 # %% ../nbs/01b_convert.ipynb #336ddc3e
@@ -608,6 +638,21 @@ def _info(low, cams, fps, n_eps, N, n_tasks, robot_type) -> dict:
                 features=f)
 
 
+# %% ../nbs/01b_convert.ipynb #f5a5dd36
+def episode_stats(g, low: dict, feat: dict, lengths, task_of, fps) -> list:
+    """Each episode's lerobot statistics of every feature `to_lerobot` writes: the vectors (`low`), each camera
+    (`feat`: store key → lerobot feature; its sampled frames read from the store `g`), and the index columns."""
+    ends, out = np.cumsum(lengths), []
+    for e, n in enumerate(int(x) for x in lengths):
+        a, b, frame = int(ends[e]) - n, int(ends[e]), np.arange(n)
+        s = {(k if k == "action" else f"observation.{k}"): lerobot_stats(v[a:b]) for k, v in low.items()}
+        for c, f in feat.items(): s[f] = image_stats(g[f"data/{c}"].oindex[a + _sample_indices(n)])
+        s.update(timestamp=lerobot_stats((frame / fps).astype(np.float32)), frame_index=lerobot_stats(frame),
+                 episode_index=lerobot_stats(np.full(n, e)), index=lerobot_stats(np.arange(a, b)),
+                 task_index=lerobot_stats(np.full(n, task_of[e])))
+        out.append(s)
+    return out
+
 # %% ../nbs/01b_convert.ipynb #368ae367
 def _store_fps(attrs) -> float | None:
     "The control rate a store records: its own `fps`, a conversion's, or the ALOHA simulator's 50 Hz."
@@ -644,14 +689,16 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
         epi = {"episode_index": np.arange(len(ends)), "tasks": [[names[t]] for t in task_of], "length": lengths,
                "data/chunk_index": [w[0] for w in where], "data/file_index": [w[1] for w in where],
                "dataset_from_index": ends - lengths, "dataset_to_index": ends}
-        stats = {(k if k == "action" else f"observation.{k}"): vector_stats(v) for k, v in low.items()}
         with tqdm(total=int(ends[-1]) * len(cams), desc=f"encode → {Path(dest).name}", unit="frame",
                   disable=not progress) as bar:
             for c in cams:
-                rows, stats[feat[c]] = encode_camera(g[f"data/{c}"], lengths, tmp, feat[c], fps, codec=codec,
-                                                     crf=crf, bar=bar)
+                rows = encode_camera(g[f"data/{c}"], lengths, tmp, feat[c], fps, codec=codec, crf=crf, bar=bar)
                 for j, col in enumerate(("chunk_index", "file_index", "from_timestamp", "to_timestamp")):
                     epi[f"videos/{feat[c]}/{col}"] = [r[j] for r in rows]
+        per_ep = episode_stats(g, low, feat, lengths, task_of, fps)   # lerobot's statistics, then aggregated
+        epi.update({f"stats/{f}/{k}": [e[f][k].tolist() for e in per_ep] for f in per_ep[0] for k in per_ep[0][f]})
+        epi.update({"meta/episodes/chunk_index": [0] * len(ends), "meta/episodes/file_index": [0] * len(ends)})
+        stats = {f: {k: v.tolist() for k, v in aggregate_stats([e[f] for e in per_ep]).items()} for f in per_ep[0]}
         (tmp / "meta/episodes/chunk-000").mkdir(parents=True)
         _pq().write_table(pa.Table.from_pandas(pd.DataFrame(epi), preserve_index=False),
                           tmp / "meta/episodes/chunk-000/file-000.parquet")

@@ -52,6 +52,37 @@ def test_store_to_lerobot_and_back(tmp_path):
     assert 10 * np.log10(255 ** 2 / (err ** 2).mean()) > 30           # the AV1 codec's error, nothing more
 
 
+def test_our_lerobot_export_is_what_lerobots_own_tools_need(tmp_path):
+    """`to_lerobot` of the RoboTwin fixture store, checked against what the real lerobot 0.4.4 returned on the same
+    export (tests/data/lerobot/from_store_lerobot_tools.json, made by make_fixture.py): every `meta/episodes` column
+    its tools read, statistics equal to the ones lerobot computes on the same frames (per episode, then aggregated),
+    and `delete_episodes` / `merge_datasets` results."""
+    import pandas as pd
+    from dptoolkit.convert import convert, to_lerobot
+    tools = json.loads((FIX / "lerobot/from_store_lerobot_tools.json").read_text())
+    store = convert(FIX / "robotwin/raw", tmp_path / "s.zarr", workers=1, progress=False).path
+    out = to_lerobot(store, tmp_path / "lr", progress=False)
+    eps = pd.read_parquet(out / "meta/episodes/chunk-000/file-000.parquet")
+    assert list(eps.columns) == tools["episodes_columns"] and len(eps.columns) == 135
+    assert {"meta/episodes/chunk_index", "meta/episodes/file_index", "stats/index/q99"} <= set(eps.columns)
+    ours = json.loads((out / "meta/stats.json").read_text())
+    for feat, st in tools["lerobot_stats"].items():   # every non-video feature lerobot lists, each statistic
+        for k, v in st.items():
+            np.testing.assert_allclose(ours[feat][k], v, rtol=1e-5, atol=1e-9, err_msg=f"{feat} {k}")
+    for feat, st in tools["aggregated_from_our_episodes"].items():   # lerobot's aggregate of our per-episode rows
+        for k, v in st.items(): np.testing.assert_allclose(ours[feat][k], v, rtol=1e-9, atol=1e-12)
+    assert set(ours) >= {"timestamp", "frame_index", "episode_index", "index", "task_index",
+                         "observation.images.head"} and np.array(ours["observation.images.head"]["std"]).shape == (3, 1, 1)
+    # lerobot's delete_episodes(ds, [1]) kept episodes 0 and 2 (renumbered 0, 1) with our vectors
+    d, state = tools["delete_episodes"], zarr.open_group(str(store), mode="r")["data/state"][:]
+    assert (d["episodes"], d["frames"]) == (2, 12)
+    np.testing.assert_array_equal(np.array(d["state"], np.float32), np.concatenate([state[:7], state[14:]]))
+    # merge_datasets([a dataset lerobot wrote with our features (episodes 0 and 2), ours]): 5 episodes, ours last
+    m = tools["merge_datasets"]
+    assert (m["episodes"], m["frames"]) == (5, 31) and m["episode_index"][-5:] == [4] * 5
+    np.testing.assert_allclose(np.array(m["state"][12:], np.float32), state, atol=1e-6)
+
+
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path):
     bad = tmp_path / "raw"
     shutil.copytree(FIX / "robotwin/raw", bad)

@@ -2,6 +2,7 @@
 
     python lerobot_side.py write DIR         # a tiny dataset written by LeRobotDataset.create / add_frame / save_episode
     python lerobot_side.py read DIR OUT.npz  # what LeRobotDataset(root=DIR, video_backend="pyav") returns, every frame
+    python lerobot_side.py tools DIR OUT.json  # lerobot's own tools on DIR (a dataset `to_lerobot` wrote), see `tools`
 
 `read` saves state, action, episode_index, task and every camera (float [0, 1] → uint8) for all frames.
 """
@@ -46,5 +47,72 @@ def read(root: Path, out: Path):
     print(json.dumps({"frames": len(ds), "episodes": ds.num_episodes, "fps": ds.fps, "cameras": ds.meta.camera_keys}))
 
 
+def _stats(d: dict) -> dict:
+    return {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in d.items()}
+
+
+def write_like(src, out: Path, episodes=(0, 2)):
+    "A dataset lerobot writes itself with `src`'s features, fps and robot type, from some of `src`'s frames."
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    shutil.rmtree(out, ignore_errors=True)
+    feats = {k: {kk: vv for kk, vv in v.items() if kk != "info"} for k, v in src.meta.features.items()
+             if k not in ("timestamp", "frame_index", "episode_index", "index", "task_index")}
+    ds = LeRobotDataset.create(repo_id="dptoolkit/theirs", fps=src.fps, features=feats, root=out,
+                               robot_type=src.meta.robot_type, use_videos=True)
+    for e in episodes:
+        a, b = src.meta.episodes[e]["dataset_from_index"], src.meta.episodes[e]["dataset_to_index"]
+        for i in range(a, b):
+            r = src[i]
+            ds.add_frame({**{k: (r[k].numpy() * 255).round().astype(np.uint8).transpose(1, 2, 0)
+                             if k in src.meta.camera_keys else r[k].numpy() for k in feats}, "task": r["task"]})
+        ds.save_episode()
+    ds.finalize()
+    return LeRobotDataset("dptoolkit/theirs", root=out, video_backend="pyav")
+
+
+def tools(root: Path, out: Path):
+    """lerobot's tools on a dataset `to_lerobot` wrote: the statistics lerobot computes on its frames
+    (`compute_episode_stats` per episode of every non-video feature, then `aggregate_stats`), `aggregate_stats` over
+    the per-episode statistics in its `meta/episodes`, `delete_episodes(ds, [1])`, and `merge_datasets` of a dataset
+    lerobot writes itself (same features, two of the episodes' frames) with it. Saves what each returned."""
+    import tempfile, pandas as pd
+    from lerobot.datasets.compute_stats import aggregate_stats, compute_episode_stats
+    from lerobot.datasets.dataset_tools import delete_episodes, merge_datasets
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    ds = LeRobotDataset("dptoolkit/ours", root=root, video_backend="pyav")
+    table = ds.hf_dataset.with_format("numpy")[:]
+    numeric = [k for k, v in ds.meta.features.items() if v["dtype"] not in ("video", "image", "string")]
+    per_ep = []
+    for e in range(ds.num_episodes):
+        m = table["episode_index"] == e
+        per_ep.append(compute_episode_stats({k: np.asarray(table[k])[m] for k in numeric},
+                                            {k: ds.meta.features[k] for k in numeric}))
+    eps = pd.concat([pd.read_parquet(p) for p in sorted((root / "meta/episodes").rglob("*.parquet"))])
+    ours_per_ep = [{f: {k: np.array(row[f"stats/{f}/{k}"].tolist() if hasattr(row[f"stats/{f}/{k}"], "tolist")
+                                    else row[f"stats/{f}/{k}"]) for k in ("min", "max", "mean", "std", "count", "q01",
+                                                                        "q10", "q50", "q90", "q99")}
+                    for f in numeric} for _, row in eps.iterrows()]
+    res = dict(lerobot_stats=_stats(aggregate_stats(per_ep)), aggregated_from_our_episodes=_stats(
+        aggregate_stats(ours_per_ep)), episodes_columns=list(eps.columns))
+    with tempfile.TemporaryDirectory() as t:
+        d = delete_episodes(ds, [1], output_dir=Path(t) / "deleted", repo_id="dptoolkit/deleted")
+        kept = d.hf_dataset.with_format("numpy")[:]
+        res["delete_episodes"] = dict(episodes=d.num_episodes, frames=d.num_frames,
+                                      state=np.asarray(kept["observation.state"]).tolist(),
+                                      episode_index=np.asarray(kept["episode_index"]).tolist(),
+                                      stats_state_mean=np.asarray(d.meta.stats["observation.state"]["mean"]).tolist())
+        theirs = write_like(ds, Path(t) / "theirs")
+        merge_datasets([theirs, ds], output_repo_id="dptoolkit/merged", output_dir=Path(t) / "merged")
+        mg = LeRobotDataset("dptoolkit/merged", root=Path(t) / "merged", video_backend="pyav")   # no torchcodec here
+        rows = [mg[i] for i in range(len(mg))]
+        res["merge_datasets"] = dict(episodes=mg.num_episodes, frames=mg.num_frames,
+                                     state=np.stack([r["observation.state"].numpy() for r in rows]).tolist(),
+                                     episode_index=[int(r["episode_index"]) for r in rows],
+                                     stats_state_mean=np.asarray(mg.meta.stats["observation.state"]["mean"]).tolist())
+    out.write_text(json.dumps(res, indent=1))
+    print(json.dumps({k: v for k, v in res.items() if k in ("delete_episodes", "merge_datasets")}, default=str)[:400])
+
+
 if __name__ == "__main__":
-    {"write": lambda: write(Path(sys.argv[2])), "read": lambda: read(Path(sys.argv[2]), Path(sys.argv[3]))}[sys.argv[1]]()
+    {"write": lambda: write(Path(sys.argv[2])), "read": lambda: read(Path(sys.argv[2]), Path(sys.argv[3])),
+     "tools": lambda: tools(Path(sys.argv[2]), Path(sys.argv[3]))}[sys.argv[1]]()

@@ -6,7 +6,9 @@
 Writes next to this file:
 - `written_by_lerobot/` and `read_by_lerobot.npz`: a dataset lerobot wrote, and what `LeRobotDataset` returns for it;
 - `from_store/` and `from_store_read_by_lerobot.npz`: `to_lerobot` of the RoboTwin fixture's store (tests/data/robotwin/raw
-  converted), and what `LeRobotDataset` returns for it.
+  converted), and what `LeRobotDataset` returns for it;
+- `from_store_lerobot_tools.json`: lerobot's own tools run on `from_store/` (statistics lerobot computes on its
+  frames, `aggregate_stats`, `delete_episodes`, `merge_datasets` with a dataset lerobot wrote).
 """
 import argparse, json, shutil, subprocess, tempfile
 from pathlib import Path
@@ -27,6 +29,7 @@ def main():
         shutil.rmtree(HERE / "from_store", ignore_errors=True)
         to_lerobot(store, HERE / "from_store", progress=False)
     side("read", HERE / "from_store", HERE / "from_store_read_by_lerobot.npz")
+    side("tools", HERE / "from_store", HERE / "from_store_lerobot_tools.json")
     v = subprocess.run([a.python, "-c", "import lerobot, torch, av; print(lerobot.__version__, torch.__version__, "
                         "av.__version__)"], capture_output=True, text=True, check=True).stdout.split()
     (HERE / "versions.json").write_text(json.dumps(dict(lerobot=v[0], torch=v[1], av=v[2]), indent=1) + "\n")
