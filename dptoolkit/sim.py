@@ -104,8 +104,9 @@ class AlohaSim:
                     S.sim.BOX_POSE[0] = outer.pose
                     super().initialize_episode(physics)
             def get_observation(self, physics): return _lean(self, physics, end_effector)
-        xml = "bimanual_viperx_end_effector_transfer_cube.xml" if end_effector else "bimanual_viperx_transfer_cube.xml"
-        physics = S.mujoco.Physics.from_xml_path(str(S.constants.ASSETS_DIR / xml))
+        physics = S.mujoco.Physics.from_xml_path(str(S.constants.ASSETS_DIR / (
+            "bimanual_viperx_end_effector_transfer_cube.xml" if end_effector else "bimanual_viperx_transfer_cube.xml")))
+        if camera and max(self.size) <= 256: physics.model.vis.quality.shadowsize = 1024   # see the prose above
         # a stiff weld: the gripper follows its target
         if end_effector: physics.model.eq_solimp[:2] = [0.95, 0.99, 0.001, 0.5, 2]
         self.env = S.control.Environment(physics, Task(), float("inf"), control_timestep=S.constants.DT,
@@ -113,9 +114,7 @@ class AlohaSim:
         self.pose = None
 
     def _obs(self, ts):
-        o = dict(ts.observation)
-        if self.camera: o["head_camera"] = self.render(*self.size)
-        return o
+        return {**ts.observation, **({"head_camera": self.render(*self.size)} if self.camera else {})}
 
     def render(self, height, width):
         "The top camera as uint8 (3, H, W); `SimError` naming MUJOCO_GL when the renderer cannot start."
