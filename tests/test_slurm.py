@@ -134,8 +134,13 @@ def _job_state(env, jid):
 
 def test_srun_tasks_are_one_world(slurm, merged, tmp_path):
     run = tmp_path / "run"
-    r = subprocess.run(["srun", "-n", "2", sys.executable, "-m", "dptoolkit.cli", "train", "--config", "test", "--data", str(merged),
-                        "--out", str(run), "--no-progress", "training.max_steps=10"], env=slurm, capture_output=True, text=True, timeout=300)
+    try:
+        r = subprocess.run(["srun", "-n", "2", sys.executable, "-m", "dptoolkit.cli", "train", "--config", "test", "--data",
+                            str(merged), "--out", str(run), "--no-progress", "training.max_steps=10"], env=slurm,
+                           capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as e:   # killing srun leaves its job step running: end it, or the hung ranks
+        subprocess.run(["scancel", "--full", "-u", "root"], env=slurm, capture_output=True)   # starve the next tests
+        raise AssertionError(f"srun -n 2 did not finish in 300 s: {(e.stderr or b'')[-3000:]!r}") from None
     assert r.returncode == 0, r.stderr[-3000:]
     assert [l["world_size"] for l in map(json.loads, (run / "logs.jsonl").read_text().splitlines())] == [2, 2]
     assert r.stdout.count("dptoolkit train | world 2") == 1 and "already holds a run" not in r.stderr
