@@ -219,8 +219,9 @@ def check_resume_shards(where: Path):
     "Before any process starts: every shard file the checkpoint folder `where` needs is there (`TrainError`)."
     f = Path(where) / "state.pt"
     try: s = torch.load(f, weights_only=True, map_location="cpu")
-    except Exception: return   # missing or unreadable: `load_checkpoint` names it in one line when the ranks read it
-    if isinstance(s, dict) and "optimizer_dcp" in s: check_shards(Path(where) / s["optimizer_dcp"]["folder"], s["optimizer_dcp"]["files"])
+    except Exception: return   # missing or unreadable: `load_checkpoint` says so in one line in the ranks
+    if isinstance(s, dict) and "optimizer_dcp" in s:
+        check_shards(Path(where) / s["optimizer_dcp"]["folder"], s["optimizer_dcp"]["files"])
 
 def restore_optimizer(R, s: dict, where: Path):
     "The optimizer state of checkpoint `where` (its `state.pt` is `s`) into this rank's optimizer, any strategy."
