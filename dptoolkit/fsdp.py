@@ -37,15 +37,20 @@ def shard_units(model) -> list:
     return out
 
 # %% ../nbs/05f_fsdp.ipynb #9ac28a5a
+def _dtensor():
+    "torch's `DTensor` once `torch.distributed.tensor` is imported (`fully_shard` does), else None (ddp)."
+    import sys
+    return getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+
 def is_sharded(model) -> bool:
     "True when `model`'s parameters are FSDP2 shards (DTensors)."
-    from torch.distributed.tensor import DTensor
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    D = _dtensor()
+    return D is not None and any(isinstance(p, D) for p in model.parameters())
 
 def local(ts) -> list:
     "Each tensor's local shard (`DTensor.to_local()`, the same storage); plain tensors as they are."
-    from torch.distributed.tensor import DTensor
-    return [t.to_local() if isinstance(t, DTensor) else t for t in ts]
+    D = _dtensor()
+    return list(ts) if D is None else [t.to_local() if isinstance(t, D) else t for t in ts]
 
 def _first_line(e) -> str:
     return next((l.strip() for l in str(e).splitlines() if l.strip()), type(e).__name__)

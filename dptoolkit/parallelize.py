@@ -4,7 +4,7 @@
 
 # %% ../nbs/05c_parallelize.ipynb #561f0644
 from __future__ import annotations
-import contextlib
+import contextlib, sys
 from dataclasses import dataclass
 
 import torch
@@ -40,10 +40,10 @@ def _buffer_sync(on: bool) -> dict:
 def _grad_norm(params, clip):
     """Total grad norm, clipped to `clip` when set; without clipping only the norm is computed (torch >= 2.6). FSDP
     shards (fsdp chapter): the norm over every rank's shards (one all-reduce), then clipped with it."""
-    from torch.distributed.tensor import DTensor
-    if params and isinstance(params[0], DTensor):
+    D = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)   # only imported by fsdp runs
+    if D is not None and params and isinstance(params[0], D):
         total = torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None])
-        if isinstance(total, DTensor): total = total.full_tensor()
+        if isinstance(total, D): total = total.full_tensor()
         if clip: torch.nn.utils.clip_grads_with_norm_(params, clip, total)
         return total
     if clip: return torch.nn.utils.clip_grad_norm_(params, clip)
