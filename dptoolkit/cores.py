@@ -25,10 +25,16 @@ def _cores() -> int:
     return min(n, int(slurm)) if slurm.isdigit() and int(slurm) > 0 else n
 
 def _slurm_task_is_rank() -> bool:
-    "An srun task that is itself a rank (no torchrun, no launcher inside it): its CPU allocation is its own."
+    """An srun task that is itself a rank (no torchrun, no launcher inside it) and whose CPUs Slurm set apart for it
+    (`SLURM_CPUS_PER_TASK`, or an affinity mask narrower than the machine): they are its own. Where the cluster neither
+    pins nor says (task/none), the node's cores are split over its tasks like any local ranks: two tasks each taking
+    every core oversubscribe the node."""
     env = os.environ
-    return ("SLURM_PROCID" in env and int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1) > 1
-            and "TORCHELASTIC_RUN_ID" not in env and not launched())
+    if not ("SLURM_PROCID" in env and int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1) > 1
+            and "TORCHELASTIC_RUN_ID" not in env and not launched()): return False
+    try: pinned = len(os.sched_getaffinity(0)) < (os.cpu_count() or 1)
+    except AttributeError: pinned = False
+    return pinned or env.get("SLURM_CPUS_PER_TASK", "").isdigit()
 
 def cpu_threads(T, local_ranks: int, reserve: int = 0) -> int:
     """Torch threads of a CPU rank (`training.cpu_threads`): a count, or `auto` = this machine's cores, less `reserve`

@@ -422,8 +422,10 @@ def watch_in_rank(store, rank: int, world: int, timeout="auto", every: float = 2
         while not done.wait(every):
             msg = watch.poll()
             if msg is None: continue
-            live = [r for r in range(world) if r not in watch.silent(time.monotonic())]
-            if not live or rank != min(live): continue
+            # this rank's watch runs, so it is live whatever its own beat says: were every heartbeat stuck (in a
+            # store call, say), every rank would look silent and none would report
+            live = [r for r in range(world) if r not in watch.silent(time.monotonic())] + [rank]
+            if rank != min(live): continue
             stacks = watch.ask_for_stacks()
             print(f"dpt: error: stalled: {msg}" + (f"; Python stacks: {', '.join(stacks)}" if stacks else "")
                   + "; stopping the run (the last checkpoint stays 'latest')", file=sys.stderr, flush=True)

@@ -59,9 +59,12 @@ def _listening(addr: str, port: int) -> bool:
     except OSError: return False
 
 def _port_free(addr: str, port: int) -> bool:
-    "False only when something holds the port (EADDRINUSE); an address this host cannot bind is init's to report."
+    """False only when something holds the port (EADDRINUSE); an address this host cannot bind is init's to report.
+    SO_REUSEADDR as TCPStore's own listener sets it: a port whose last connections wait in TIME_WAIT (a Slurm job
+    requeued onto its node within a minute keeps its job id, so its port) is free to listen on."""
     import errno, socket
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try: s.bind((addr, port))
         except OSError as e: return e.errno != errno.EADDRINUSE
     return True

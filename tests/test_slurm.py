@@ -132,19 +132,43 @@ def _job_state(env, jid):
     return next((w.split("=")[1] for w in r.stdout.split() if w.startswith("JobState=")), "GONE")
 
 
+def _end_hung_step(env, run) -> str:
+    """A step that did not finish: what its ranks were doing (process state, CPU, kernel wait channel, log lines), then
+    the job cancelled and its ranks killed (killing srun leaves the step running: its ranks would starve the tests
+    after this one, and the pipes they hold would keep `communicate` waiting for them)."""
+    import psutil
+    ranks = [p for p in psutil.process_iter(["cmdline"]) if str(run) in " ".join(p.info["cmdline"] or [])
+             and "srun" not in (p.info["cmdline"] or [""])[0]]
+    said = []
+    for p in ranks:
+        try:
+            wchan = Path(f"/proc/{p.pid}/wchan").read_text()
+            said.append(f"pid {p.pid}: {p.status()}, {p.cpu_percent(0.5):.0f} % CPU, {p.num_threads()} threads, "
+                        f"wchan {wchan}, env RANK={p.environ().get('SLURM_PROCID')}")
+        except (psutil.Error, OSError): pass
+    subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
+    for p in ranks:
+        try: p.kill()
+        except psutil.Error: pass
+    return f"ranks: {'; '.join(said) or 'none left'}; log lines: {_log_lines(run)}"
+
+
 def test_srun_tasks_are_one_world(slurm, merged, tmp_path):
     run = tmp_path / "run"
-    try:
-        r = subprocess.run(["srun", "-n", "2", sys.executable, "-m", "dptoolkit.cli", "train", "--config", "test", "--data",
-                            str(merged), "--out", str(run), "--no-progress", "training.max_steps=10"], env=slurm,
-                           capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired as e:   # killing srun leaves its job step running: end it, or the hung ranks
-        subprocess.run(["scancel", "--full", "-u", "root"], env=slurm, capture_output=True)   # starve the next tests
-        raise AssertionError(f"srun -n 2 did not finish in 300 s: {(e.stderr or b'')[-3000:]!r}") from None
-    assert r.returncode == 0, r.stderr[-3000:]
+    # --kill-on-bad-exit: a rank that fails ends the step (its peers would wait ddp.timeout_s for it otherwise)
+    p = subprocess.Popen(["srun", "--kill-on-bad-exit=1", "-n", "2", sys.executable, "-m", "dptoolkit.cli", "train",
+                          "--config", "test", "--data", str(merged), "--out", str(run), "--no-progress",
+                          "training.max_steps=10"], env=slurm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try: out, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        said = _end_hung_step(slurm, run)
+        p.kill()
+        out, err = p.communicate(timeout=60)
+        raise AssertionError(f"srun -n 2 did not finish in 300 s: {said}; stderr: {err[-3000:]}") from None
+    assert p.returncode == 0, err[-3000:]
     assert [l["world_size"] for l in map(json.loads, (run / "logs.jsonl").read_text().splitlines())] == [2, 2]
-    assert r.stdout.count("dptoolkit train | world 2") == 1 and "already holds a run" not in r.stderr
-    assert "leaked semaphore" not in r.stderr and "error" not in r.stderr.lower()
+    assert out.count("dptoolkit train | world 2") == 1 and "already holds a run" not in err
+    assert "leaked semaphore" not in err and "error" not in err.lower()
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
