@@ -120,6 +120,19 @@ class _Window:
         task = task.to(device, non_blocking=True)
         self.buf[-self.tasks:].index_add_(0, task, torch.ones_like(task, dtype=torch.float64))
 
+# %% ../nbs/05d_metrics.ipynb #51a7e006
+def _peak_mb(device) -> float:
+    """Rank 0's peak memory in MiB (the record's `mem_mb`): on CUDA the allocator's peak since the last log step (read
+    and reset on the host: no sync), so weights, gradients, optimizer state and this window's activations; on CPU the
+    process's peak resident set since it started (`ru_maxrss`)."""
+    if device is not None and device.type == "cuda":
+        m = torch.cuda.max_memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return round(m / 2**20, 1)
+    import resource, sys
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # bytes on macOS, KiB on Linux
+    return round(kb / 2**20 if sys.platform == "darwin" else kb / 2**10, 1)
+
 # %% ../nbs/05d_metrics.ipynb #a44885a6
 def log_step(R, W, stop, val_due):
     "At a log step: reduce the window, write the record (rank 0), check finiteness and spikes, agree on a stop."
@@ -144,7 +157,7 @@ def log_step(R, W, stop, val_due):
     cpu = w[7 + W.L:7 + W.L + world]
     rec.update(train_s=R.train_s0 + rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu),
                cpu_share_rank=cpu.index(min(cpu)),
-               load=os.getloadavg()[0] / _cores())
+               load=os.getloadavg()[0] / _cores(), mem_mb=_peak_mb(R.device))
     if W.tasks > 1: rec["task_windows"] = {name: int(v) for name, v in zip(R.tasks, w[-W.tasks:])}
     if val_due and (R.is_main or _sharded(R)):   # validation time is kept out of both timing windows (and train_s)
         t_val = time.perf_counter()

@@ -82,6 +82,8 @@ def test_fsdp_trains_like_ddp_and_writes_each_ranks_shard(runs):
     # each rank holds half the parameters (and AdamW, EMA) that a ddp rank holds
     assert run.rank_bytes.params <= 0.51 * ddp_run.rank_bytes.params
     assert run.rank_bytes.total <= 0.51 * ddp_run.rank_bytes.total
+    # every record says rank 0's peak memory (on a CPU its resident set: more than the model state it holds)
+    assert (a.mem_mb > run.rank_bytes.total / 2**20).all() and (b.mem_mb > ddp_run.rank_bytes.total / 2**20).all()
     assert "val_loss_ema" in f.metrics and abs(f.metrics["val_loss_ema"] - d.metrics["val_loss_ema"]) < 1e-3
 
 
