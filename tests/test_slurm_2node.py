@@ -6,7 +6,7 @@ and a rank killed on node 2 ends the job at once with the checkpoint intact.
 
 slurmd is started with `nsenter --net=…` plus `unshare --uts --mount` (`ip netns exec` remounts /sys, and slurmd then
 refuses to start). Skipped, with the reason, where namespaces or Slurm cannot be set up (not root, no iproute2, …)."""
-import json, os, shutil, signal, socket, subprocess, time
+import contextlib, json, os, shutil, signal, socket, subprocess, time
 from pathlib import Path
 
 import pytest
@@ -50,16 +50,23 @@ def _stop(d):
     time.sleep(1)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if os.geteuid() != 0: pytest.skip("network namespaces and slurmd need root")
+class Unavailable(RuntimeError):
+    "A two-node Slurm cannot be brought up here (not root, a tool missing, namespaces refused); the message says why."
+
+
+@contextlib.contextmanager
+def two_node_cluster():
+    """Bring up the two-node cluster (munged and slurmctld here, a slurmd in each node's namespace); yield the
+    environment (SLURM_CONF); cancel every job and take it all down on leaving. Raises `Unavailable` with the reason.
+    The tests' fixture and `bench/study_slurm.py` use it."""
+    if os.geteuid() != 0: raise Unavailable("network namespaces and slurmd need root")
     missing = [b for b in ("ip", "nsenter", "unshare", "munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b)]
-    if missing: pytest.skip(f"missing {', '.join(missing)} (.ci/run installs iproute2, slurm-wlm and munge)")
+    if missing: raise Unavailable(f"missing {', '.join(missing)} (.ci/run installs iproute2, slurm-wlm and munge)")
     d = Path("/tmp") / f"dpt-slurm2-{os.getpid()}"
     shutil.rmtree(d, ignore_errors=True); (d / "state").mkdir(parents=True)
     try: _net_up()
     except subprocess.CalledProcessError as e:
-        _net_down(); pytest.skip(f"cannot create network namespaces here: {' '.join(e.cmd)}: {e.stderr.strip()}")
+        _net_down(); raise Unavailable(f"cannot create network namespaces here: {' '.join(e.cmd)}: {e.stderr.strip()}")
     host = socket.gethostname().split(".")[0]
     (d / "munge.key").write_bytes(os.urandom(1024))
     _sh("chown", "munge", str(d), str(d / "munge.key")); os.chmod(d / "munge.key", 0o400); os.chmod(d, 0o755)
@@ -82,10 +89,19 @@ def cluster():
     except (subprocess.SubprocessError, OSError, AssertionError) as e:
         logs = "".join(p.read_text()[-600:] for p in d.glob("*.log") if p.is_file())
         _stop(d); _net_down(); shutil.rmtree(d, ignore_errors=True)
-        pytest.skip(f"a two-node Slurm could not be started here ({e}); logs: {logs}")
-    yield env
-    subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
-    _stop(d); _net_down(); shutil.rmtree(d, ignore_errors=True)
+        raise Unavailable(f"a two-node Slurm could not be started here ({e}); logs: {logs}") from None
+    try: yield env
+    finally:
+        subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
+        _stop(d); _net_down(); shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with contextlib.ExitStack() as stack:
+        try: env = stack.enter_context(two_node_cluster())
+        except Unavailable as e: pytest.skip(str(e))
+        yield env
 
 
 def _script(cluster, tmp_path, store, *train, requeue=False):
