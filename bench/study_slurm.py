@@ -52,7 +52,8 @@ def main():
             text = f.read_text()
             acct[f.name] = dict(restarts=text.count("dpt-study: task "), requeued="requeueing" in text,
                                 hosts=sorted({r["host"] for r in _ranks(d, text)}))
-    print(f"job array {jid}: 4 tasks on 2 nodes, wall {wall:.0f} s")
+    hosts = sorted({h for v in acct.values() for h in v["hosts"]})
+    print(f"job array {jid}: {len(acct)} tasks on {len(hosts)} node(s) ({', '.join(hosts)}), wall {wall:.0f} s")
     for k, v in acct.items(): print(f"  {k}: {v}")
     with __import__("pandas").option_context("display.width", 160, "display.max_columns", 20):
         print(study_status(d).to_string(index=False))

@@ -122,9 +122,9 @@ class _Window:
 
 # %% ../nbs/05d_metrics.ipynb #51a7e006
 def _peak_mb(device) -> float:
-    """Rank 0's peak memory in MiB (the record's `mem_mb`): on CUDA the allocator's peak since the last log step (read
-    and reset on the host: no sync), so weights, gradients, optimizer state and this window's activations; on CPU the
-    process's peak resident set since it started (`ru_maxrss`)."""
+    """This process's peak memory in MiB (rank 0's is the record's `mem_mb`): on CUDA the allocator's peak since the
+    last log step (read and reset on the host: no sync), so weights, gradients, optimizer state and this window's
+    activations; on CPU the process's peak resident set since it started (`ru_maxrss`)."""
     if device is not None and device.type == "cuda":
         m = torch.cuda.max_memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)

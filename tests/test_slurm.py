@@ -144,7 +144,7 @@ def _end_hung_step(env, run) -> str:
         try:
             wchan = Path(f"/proc/{p.pid}/wchan").read_text()
             said.append(f"pid {p.pid}: {p.status()}, {p.cpu_percent(0.5):.0f} % CPU, {p.num_threads()} threads, "
-                        f"wchan {wchan}, env RANK={p.environ().get('SLURM_PROCID')}")
+                        f"wchan {wchan}, SLURM_PROCID={p.environ().get('SLURM_PROCID')}")
         except (psutil.Error, OSError): pass
     subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
     for p in ranks:
