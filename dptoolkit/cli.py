@@ -181,6 +181,7 @@ def cmd_train(a):
         cfg = load_config(a.config or "robot_dp_14", ov)
         if not cfg.task.dataset.zarr_path: raise CLIError("no data: pass --data PATH (a replay-buffer zarr store)")
     from dptoolkit.train import train, train_worker   # after the config: a bad store or key is said in ~1 s, not ~5
+    from dptoolkit.launch import start_forkserver
     if a.resume: cfg.training.resume = True
     if a.out: cfg.logging.run_dir = str(Path(a.out).absolute())
     if _scheduler_env():                    # torchrun or srun started this rank: run the loop here, no launcher
@@ -196,6 +197,7 @@ def cmd_train(a):
             if dist.is_initialized(): dist.destroy_process_group()
         if res: print(json.dumps(res))
         return
+    start_forkserver(fork=True)   # now, before anything computes: the ranks' server as a fork of this process (launch)
     res = train(cfg, nprocs=a.nprocs, gpu_ids=a.gpu_ids, backend=a.backend, progress=not a.no_progress)
     print(json.dumps(res.metrics, default=str))
 
@@ -411,6 +413,8 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     from dptoolkit.report import summarize, read_log
     from dptoolkit.train import train
     from dptoolkit.evaluate import evaluate
+    from dptoolkit.launch import start_forkserver
+    start_forkserver(fork=True)   # before anything computes: `dpt demo` forks its ranks' server (a kernel starts one)
     out, data = _demo_folder(out, overwrite), bundled_data()
     step = lambda n, s: print(f"\n== {n}. {s} ==", flush=True)
     step(1, "merge the sample task stores")

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_launch.ipynb #1fbfc4be
 from __future__ import annotations
-import datetime, io, os, signal, socket, sys, threading, time, traceback
+import datetime, importlib, io, os, signal, socket, sys, threading, time, traceback
 import multiprocessing.connection as mpc
 
 import cloudpickle
@@ -14,8 +14,8 @@ import torch.multiprocessing as mp
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LaunchError', 'launched', 'progress', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch', 'world_info',
-           'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
+__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch',
+           'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
 
 # %% ../nbs/06_launch.ipynb #aa8bad2a
 class LaunchError(RuntimeError):
@@ -207,12 +207,15 @@ def _context(start_method, fn=None):
     if quiet not in sys.warnoptions: sys.warnoptions.append(quiet)
     ctx = mp.get_context(start_method)
     if start_method == "forkserver" and "forkserver" not in _preloaded:
-        # the server imports these once; every rank it forks starts with them imported. The launched function's own
-        # module too, when it is one of ours: `train_worker`'s (dptoolkit.train with the policy and diffusers) costs a
-        # rank ~3.5 s of CPU to import, paid by every rank of every launch otherwise
+        # the server imports these once; every rank it forks starts with them imported. Always the training loop's
+        # module (dptoolkit.train, with the policy and diffusers: ~3.5 s of CPU, paid by every rank of every launch
+        # otherwise), even when the first launch is another function: the server lives as long as this process, and
+        # its first launch decides for all (a notebook's `world_info` check before training); and the launched
+        # function's own module when it is one of ours
         mod = getattr(fn, "__module__", None) or ""
-        ours = [mod] if mod.startswith("dptoolkit.") and mod != "dptoolkit.launch" else []
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "dptoolkit.launch", *ours])
+        ours = [mod] if mod.startswith("dptoolkit.") and mod not in ("dptoolkit.launch", "dptoolkit.train") else []
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "dptoolkit.launch", "dptoolkit.train",
+                                    *ours])
         _preloaded.add("forkserver")
     return ctx
 
@@ -227,6 +230,78 @@ def _in_forkserver_preload() -> bool:
 
 if _in_forkserver_preload(): signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+
+# %% ../nbs/06_launch.ipynb #e55a06b3
+def _only_main_thread(wait: float = 1.0) -> bool:
+    """True when no Python thread but the main one runs, after zarr's IO thread and executor (the only ones a command
+    has started when it comes to launch) are stopped: zarr starts them again when it next reads."""
+    zarrs = ("zarr_io", "zarr_pool", "asyncio_")
+    if any(not t.name.startswith(zarrs) for t in threading.enumerate() if t is not threading.main_thread()):
+        return False                                          # a kernel's, a tracker's, the caller's own
+    z = sys.modules.get("zarr.core.sync")
+    if z is not None and z.loop[0] is not None:
+        try: z.cleanup_resources()
+        except Exception: return False
+    end = time.monotonic() + wait
+    while threading.active_count() > 1 and time.monotonic() < end: time.sleep(0.01)   # asyncio's pool winding down
+    return threading.active_count() == 1
+
+def _forked_server(listener_fd, alive_r):
+    "The forked child: a new interpreter's state, then multiprocessing's own server loop; never returns."
+    from multiprocessing import forkserver as fsm
+    try:
+        for s in signal.valid_signals():
+            try:
+                if callable(signal.getsignal(s)): signal.signal(s, signal.SIG_DFL)
+            except (OSError, ValueError): pass
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)        # as the preloaded server does (above)
+        import faulthandler
+        if faulthandler.is_enabled(): faulthandler.disable()   # its file may be one of the fds closed below
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd > 2 and fd not in (listener_fd, alive_r):
+                try: os.close(fd)
+                except OSError: pass
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="replace")
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="replace")
+        srv = fsm._forkserver                                 # the parent's record, copied: not this server's
+        srv._lock, srv._forkserver_pid, srv._forkserver_alive_fd = threading.Lock(), None, None
+        fsm.main(listener_fd, alive_r, [])                    # preloaded already: everything the parent imported
+    except SystemExit: pass                                   # every launcher has gone: the server's normal end
+    except BaseException: traceback.print_exc()
+    finally: os._exit(0)
+
+
+# %% ../nbs/06_launch.ipynb #ed1c9976
+def start_forkserver(fork: bool = False) -> str:
+    """Start this process's forkserver now, if none runs: 'forked' (`fork=True`, on Linux, with no other Python
+    thread: call it before computing anything), 'started' (a new interpreter importing the preload list) or
+    'running'. `launch` starts one itself; commands call this early to have it forked."""
+    from multiprocessing import connection, forkserver as fsm, resource_tracker
+    _context("forkserver")
+    srv = fsm._forkserver
+    with srv._lock:
+        if srv._forkserver_pid is not None and not os.waitpid(srv._forkserver_pid, os.WNOHANG)[0]: return "running"
+    if not fork or sys.platform != "linux" or os.environ.get("DPT_FORK_SERVER") == "0" or not _only_main_thread():
+        srv.ensure_running()
+        return "started"
+    for m in srv._preload_modules: importlib.import_module(m)   # what the new interpreter would import, here
+    with srv._lock:
+        resource_tracker.ensure_running()
+        if srv._forkserver_alive_fd is not None: os.close(srv._forkserver_alive_fd)   # a server that died
+        address = connection.arbitrary_address("AF_UNIX")
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(address)
+            os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(alive_w)
+                _forked_server(listener.fileno(), alive_r)
+            os.close(alive_r)
+        srv._forkserver_address, srv._forkserver_alive_fd, srv._forkserver_pid = address, alive_w, pid
+    return "forked"
 
 # %% ../nbs/06_launch.ipynb #5d1800b2
 _PHASES = {"start": "starting up", "data": "waiting for its next batch (data loader)",

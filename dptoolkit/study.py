@@ -158,6 +158,8 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     """Train the study's run `index` (resuming where it stopped), measure it, and write `runs/<name>/study_result.json`:
     `status` (done / failed / stopped), the one-line `error`, times, final loss, samples/s and the measurement."""
     from dptoolkit.train import train
+    from dptoolkit.launch import start_forkserver
+    start_forkserver(fork=True)   # a run's own process (`dpt study DIR --task I`): its ranks' server, forked from it
     out, m = Path(out), _manifest(out)
     run = m["runs"][index]
     rd = out / "runs" / run["name"]

@@ -59,12 +59,16 @@ def alive(procs):
 
 
 def rank_processes(pid=None):
-    "Launched ranks below `pid`: the children of the forkserver process (which shares their command line)."
+    """Launched ranks below `pid`: the children of the forkserver process (which shares their command line): a new
+    interpreter's (`multiprocessing.forkserver` in its command line) or a fork of the launching command (`dpt train`'s:
+    the command line of its own parent)."""
     out = []
     for p in descendants(pid):
-        try: parent_cmd = " ".join(p.parent().cmdline())
+        try:
+            server = p.parent()
+            parent_cmd, above = server.cmdline(), server.parent().cmdline()
         except (psutil.Error, AttributeError): continue
-        if "forkserver" in parent_cmd: out.append(p)
+        if "forkserver" in " ".join(parent_cmd) or (parent_cmd == above and p.cmdline() == parent_cmd): out.append(p)
     return out
 
 
