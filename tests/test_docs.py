@@ -4,7 +4,7 @@ every chapter and lists the page's sections, search finds a section on another p
 bars at their final state (never as their text repr), no temporary path, one shared stylesheet, a link to each
 notebook, the API reference of merge / launch / report, and the speed-up figure is an image that loaded.
 Screenshots go to _screenshots/ (one per page). Skipped, with the reason, where Chromium or Playwright is missing."""
-import functools, http.server, json, os, re, shutil, subprocess, sys, threading
+import functools, http.server, json, os, re, shutil, subprocess, sys, threading, time
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,15 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM}
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     given = os.environ.get("DPT_SITE")
-    if given: return Path(given)
+    if given:
+        rc = os.environ.get("DPT_SITE_RC")   # tools/test.sh builds the site beside pytest: its exit status, when done
+        if rc:
+            deadline = time.monotonic() + 1800
+            while not Path(rc).exists():
+                assert time.monotonic() < deadline, f"the docs build beside pytest did not end in 30 min ({rc})"
+                time.sleep(2)
+            assert Path(rc).read_text().strip() == "0", "the docs build failed: tools/test.sh prints its log"
+        return Path(given)
     out = tmp_path_factory.mktemp("site") / "_site"
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(out)], capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]

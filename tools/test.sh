@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
-# The one test command (README: `make test`): sync check, the notebooks, then pytest.
+# The one test command (README: `make test`): sync check, then the notebooks and pytest side by side, then the
+# timing-sensitive tests alone.
 # The notebooks run once, in real Jupyter kernels, while the docs site is built (tools/build_docs.py executes every
 # chapter and fails on the first cell that raises: the notebooks' test_eq checks are the notebook tests); pytest's browser
 # test then reads that same site (DPT_SITE) instead of executing every chapter a second time. `make nbtest` runs
 # nbdev_test on its own.
+# Side by side: the docs build runs one chapter at a time and leaves about a third of a 2-core machine idle (kernel
+# start-up, waits on ranks), pytest's two workers leave none, and neither is any shorter for running alone. The browser
+# test waits for the site (DPT_SITE_RC: the build's exit status, written when it ends) while the other worker goes on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/check_sync.sh
-echo "== notebooks: every chapter executed while building the docs site =="
 site=${DPT_SITE:-_site}
-python3 tools/build_docs.py --out "$site"
-echo "== pytest (tests/): two test files at a time =="
+mkdir -p "$site"
+export DPT_SITE="$(cd "$site" && pwd)"
+tmp=$(mktemp -d)
+export DPT_SITE_RC="$tmp/docs.rc"
+docs_log="$tmp/docs.log"
+echo "== notebooks (every chapter executed while building the docs site: $docs_log) and pytest, side by side =="
+( rc=0; python3 tools/build_docs.py --out "$DPT_SITE" >"$docs_log" 2>&1 || rc=$?
+  echo "$rc" > "$DPT_SITE_RC.tmp" && mv "$DPT_SITE_RC.tmp" "$DPT_SITE_RC" ) &
+docs=$!
+trap 'kill $docs 2>/dev/null || true; rm -rf "$tmp"' EXIT
 # Most tests wait on real processes (rank start-up, Slurm, kernels, a browser), so a 2-core machine runs two test
 # files at once at little cost; a file's tests stay together (their module fixtures, and the Slurm tests share one
 # cluster). DPT_TEST_WORKERS=0 runs them one by one.
 workers=${DPT_TEST_WORKERS:-2}
 par=(); [ "$workers" != 0 ] && par=(-n "$workers" --dist loadfile)
-export DPT_SITE="$(cd "$site" && pwd)"
-python3 -m pytest -q --durations=30 "${par[@]}" -m "not solo" tests "$@"
+rc=0
+python3 -m pytest -q --durations=30 "${par[@]}" -m "not solo" tests "$@" || rc=$?
+wait "$docs" || true
+echo "== the docs build (finished beside pytest) =="
+grep -v "Kernel is running over TCP without encryption" "$docs_log" || true
+docs_rc=$(cat "$DPT_SITE_RC" 2>/dev/null || echo "?")
+if [ "$docs_rc" != 0 ]; then echo "test: the docs build failed (exit $docs_rc)"; exit 1; fi
+[ "$rc" = 0 ] || exit "$rc"
 echo "== pytest: timing-sensitive tests, alone on the machine =="
 python3 -m pytest -q -m solo tests "$@" || [ $? = 5 ]   # 5: the tests asked for hold none of them
