@@ -181,7 +181,6 @@ def cmd_train(a):
         cfg = load_config(a.config or "robot_dp_14", ov)
         if not cfg.task.dataset.zarr_path: raise CLIError("no data: pass --data PATH (a replay-buffer zarr store)")
     from dptoolkit.train import train, train_worker   # after the config: a bad store or key is said in ~1 s, not ~5
-    from dptoolkit.launch import start_forkserver
     if a.resume: cfg.training.resume = True
     if a.out: cfg.logging.run_dir = str(Path(a.out).absolute())
     if _scheduler_env():                    # torchrun or srun started this rank: run the loop here, no launcher
@@ -197,6 +196,7 @@ def cmd_train(a):
             if dist.is_initialized(): dist.destroy_process_group()
         if res: print(json.dumps(res))
         return
+    from dptoolkit.launch import start_forkserver
     start_forkserver(fork=True)   # now, before anything computes: the ranks' server as a fork of this process (launch)
     res = train(cfg, nprocs=a.nprocs, gpu_ids=a.gpu_ids, backend=a.backend, progress=not a.no_progress)
     print(json.dumps(res.metrics, default=str))

@@ -282,10 +282,12 @@ def start_forkserver(fork: bool = False) -> str:
     srv = fsm._forkserver
     with srv._lock:
         if srv._forkserver_pid is not None and not os.waitpid(srv._forkserver_pid, os.WNOHANG)[0]: return "running"
-    if not fork or sys.platform != "linux" or os.environ.get("DPT_FORK_SERVER") == "0" or not _only_main_thread():
+    fork = fork and sys.platform == "linux" and os.environ.get("DPT_FORK_SERVER") != "0"
+    if fork:   # what the new interpreter would import, here (imported already where dpt calls this), then the check
+        for m in srv._preload_modules: importlib.import_module(m)
+    if not (fork and _only_main_thread()):
         srv.ensure_running()
         return "started"
-    for m in srv._preload_modules: importlib.import_module(m)   # what the new interpreter would import, here
     with srv._lock:
         resource_tracker.ensure_running()
         if srv._forkserver_alive_fd is not None: os.close(srv._forkserver_alive_fd)   # a server that died
