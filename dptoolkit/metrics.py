@@ -83,6 +83,14 @@ class Trackers:
             if result: self.wandb.summary.update({k: v for k, v in result.items() if isinstance(v, (int, float))})
             self.wandb.finish()
 
+# %% ../nbs/05d_metrics.ipynb #094ec655
+def _cpu_stall_s() -> float | None:
+    "Seconds some runnable task has waited for a CPU since boot (Linux PSI, `some` total), or None where unknown."
+    try:
+        with open("/proc/pressure/cpu") as f: line = f.readline()   # "some avg10=.. avg60=.. avg300=.. total=<µs>"
+        return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, IndexError, ValueError): return None            # no PSI (not Linux, old kernel, psi=0)
+
 # %% ../nbs/05d_metrics.ipynb #0e6e86bf
 class _Window:
     """A log window's figures, kept on the device until the log step: loss sum, grad-norm sum, data time, steps, stop
@@ -102,7 +110,7 @@ class _Window:
     def reset(self):
         self.buf.zero_()
         self.n, self.data_wait = 0, 0.0   # steps in the window (host count); host seconds waiting for data
-        self.t, self.cpu = time.perf_counter(), time.process_time()
+        self.t, self.cpu, self.stall = time.perf_counter(), time.process_time(), _cpu_stall_s()
 
     def add(self, loss, gn):
         b = self.buf
@@ -158,6 +166,8 @@ def log_step(R, W, stop, val_due):
     rec.update(train_s=R.train_s0 + rec["wall_s"] - W.val_s, threads=W.threads, cpu_share=min(cpu),
                cpu_share_rank=cpu.index(min(cpu)),
                load=os.getloadavg()[0] / _cores(), mem_mb=_peak_mb(R.device))
+    stall = _cpu_stall_s()
+    if stall is not None and W.stall is not None: rec["cpu_pressure"] = min(1.0, (stall - W.stall) / wall)
     if W.tasks > 1: rec["task_windows"] = {name: int(v) for name, v in zip(R.tasks, w[-W.tasks:])}
     if val_due and (R.is_main or _sharded(R)):   # validation time is kept out of both timing windows (and train_s)
         t_val = time.perf_counter()

@@ -12,9 +12,9 @@ import pandas as pd
 import yaml
 
 # %% auto #0
-__all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'ReportError', 'plain', 'read_log', 'steady',
-           'contention', 'success_time', 'summarize', 'plot_throughput', 'plot_speedup', 'plot_loss', 'plot_success',
-           'watch']
+__all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_PRESSURE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'ReportError', 'plain',
+           'read_log', 'steady', 'contention', 'success_time', 'summarize', 'plot_throughput', 'plot_speedup',
+           'plot_loss', 'plot_success', 'watch']
 
 # %% ../nbs/07_report.ipynb #863ba94d
 class ReportError(ValueError):
@@ -85,10 +85,15 @@ def steady(df: pd.DataFrame, warmup="auto") -> pd.DataFrame:
     while i < len(df) // 3 and s[i] < 0.8 * np.nanmedian(s[i + 1:]): i += 1
     return df.iloc[i:]
 
+
+# %% ../nbs/07_report.ipynb #78ee152b
 # a CPU rank below this share of its threads' time was starved (quiet here: 0.82-1.0; 3 busy processes on 2 cores:
 # 0.67)
 CONTENDED_CPU_SHARE = 0.75
-CONTENDED_LOAD = 1.5        # 1-minute load average per core
+# share of a window's time in which runnable tasks waited for a core (PSI, over the cores; quiet here: 0 with 1 rank,
+# 0.10-0.16 with 2 ranks on 2 cores; 3 busy processes on 2 cores: 0.5, 4: 0.9)
+CONTENDED_PRESSURE = 0.3
+CONTENDED_LOAD = 1.5        # 1-minute load average per core: logs without cpu_pressure
 NOISY_SPREAD = 0.3          # interquartile range / median of the windows' samples/s
 
 def contention(st: pd.DataFrame, meta: dict) -> str:
@@ -101,7 +106,10 @@ def contention(st: pd.DataFrame, meta: dict) -> str:
             r = int(st["cpu_share_rank"].mode().iloc[0]) if "cpu_share_rank" in st else 0
             th = int(st["threads"].iloc[-1]) if "threads" in st else 1
             why.append(f"rank {r} ran {share:.0%} of its {th} thread(s)' time")
-    if "load" in st and st["load"].notna().any() and st["load"].max() > CONTENDED_LOAD:
+    if "cpu_pressure" in st and st["cpu_pressure"].notna().any():   # the window's own figure, where Linux keeps it
+        if (p := float(st["cpu_pressure"].median())) > CONTENDED_PRESSURE:
+            why.append(f"tasks waited for a core {p:.0%} of the time (CPU pressure)")
+    elif "load" in st and st["load"].notna().any() and st["load"].max() > CONTENDED_LOAD:
         why.append(f"machine load {st['load'].max():.1f}× its cores")
     q1, med, q3 = st["samples_per_s"].quantile([0.25, 0.5, 0.75])
     if len(st) >= 3 and med > 0 and (q3 - q1) / med > NOISY_SPREAD:

@@ -46,3 +46,10 @@ def test_quiet_and_busy_machine(merged, tmp_path):
     # each repeat's log says how many threads it had and the share of them it got
     log = read_log(tmp_path / "busy" / "world1-1")
     assert {"threads", "cpu_share", "load", "train_s"} <= set(log.columns) and log.cpu_share.median() < 0.7
+    # where Linux keeps CPU pressure, each window's own figure: a lone rank beside 2 busy loops on 2 cores waits about
+    # half the time, 2 ranks beside them nearly all of it; a quiet lone rank hardly at all (whatever the past minute's
+    # load average still remembers of the tests before it)
+    try: open("/proc/pressure/cpu").read()
+    except OSError: return
+    assert log.cpu_pressure.median() > 0.3 and read_log(tmp_path / "busy" / "world2-1").cpu_pressure.median() > 0.6
+    assert read_log(tmp_path / "quiet" / "world1-1").cpu_pressure.median() < 0.1
