@@ -250,7 +250,13 @@ def cmd_eval(a):
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
 # %% ../nbs/08_cli.ipynb #68b830b2
+def _fork_worker_server():
+    "Fork the episode workers' server from this command now, imports done and nothing computed (`start_forkserver`)."
+    from dptoolkit.launch import start_forkserver
+    start_forkserver(fork=True)
+
 def cmd_sim_data(a):
+    _fork_worker_server()
     from dptoolkit.sim import make_demos
     size = tuple(int(v) for v in a.size.lower().split("x"))
     d = make_demos(a.task, n=a.episodes, out=a.output, camera=a.camera, size=size, workers=a.workers, seed=a.seed,
@@ -259,6 +265,7 @@ def cmd_sim_data(a):
     print(d)
 
 def cmd_rollout(a):
+    _fork_worker_server()
     from dptoolkit.sim import rollout, rollout_run, rollout_table, watch_rollouts
     if a.watch:      # what train starts beside its ranks (eval.rollout_every)
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,

@@ -14,8 +14,8 @@ import torch.multiprocessing as mp
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch',
-           'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
+__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'worker_pool', 'Heartbeat', 'StallWatch', 'watch_in_rank',
+           'launch', 'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
 
 # %% ../nbs/06_launch.ipynb #aa8bad2a
 class LaunchError(RuntimeError):
@@ -304,6 +304,36 @@ def start_forkserver(fork: bool = False) -> str:
             os.close(alive_r)
         srv._forkserver_address, srv._forkserver_alive_fd, srv._forkserver_pid = address, alive_w, pid
     return "forked"
+
+# %% ../nbs/06_launch.ipynb #95e320b3
+def worker_pool(workers: int, initializer=None, initargs=()):
+    """A `concurrent.futures.ProcessPoolExecutor` of `workers` processes forked by this process's forkserver on Linux
+    (spawned elsewhere): this process's environment and working folder as they are now (as a spawned worker would
+    have them; the server keeps its own), default SIGINT / SIGTERM handling, gone when this process ends (SIGKILL
+    included), then `initializer(*initargs)` (a module-level function: it travels by reference)."""
+    import concurrent.futures as cf
+    from dptoolkit import launch   # the module's _pool_worker: a worker imports it by name (not a notebook's copy)
+    if sys.platform == "linux":
+        start_forkserver()   # running already where a command forked it, or a kernel's launch started it
+        from multiprocessing import forkserver as fsm
+        ctx, parent = _context("forkserver"), fsm._forkserver._forkserver_pid
+    else: ctx, parent = mp.get_context("spawn"), os.getpid()
+    return cf.ProcessPoolExecutor(max(1, int(workers)), mp_context=ctx, initializer=launch._pool_worker,
+                                  initargs=(parent, dict(os.environ), os.getcwd(), initializer, tuple(initargs)))
+
+def _pool_worker(parent: int, env: dict, cwd: str, initializer, initargs):
+    if sys.platform == "linux":   # a forkserver child holds the pipe whose closing ends the server: a worker does not
+        from multiprocessing import forkserver as fsm   # keep its server (and so itself) alive past the pool's owner
+        if fsm._forkserver._forkserver_alive_fd is not None: os.close(fsm._forkserver._forkserver_alive_fd)
+        fsm._forkserver._forkserver_alive_fd = None
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from dptoolkit.convert import die_with_parent
+    die_with_parent(parent)
+    if initializer is not None: initializer(*initargs)
 
 # %% ../nbs/06_launch.ipynb #5d1800b2
 _PHASES = {"start": "starting up", "data": "waiting for its next batch (data loader)",

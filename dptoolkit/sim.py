@@ -216,16 +216,14 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
 
 # %% ../nbs/13_sim.ipynb #e1811264
 def _pool(workers):
-    """Worker processes for episodes: spawned (never a copy of a notebook's CUDA state), one torch thread each, and
-    ended with the process that started them."""
-    import concurrent.futures as cf, multiprocessing as mp
-    from dptoolkit import sim   # the module's functions, importable in a spawned child (not a notebook's copies)
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=sim._worker_init,
-                                  initargs=(os.getpid(),))
+    """Worker processes for episodes, forked by the ranks' forkserver (`launch.worker_pool`: torch and the policy's
+    modules come imported; never a copy of a notebook's CUDA state), one torch thread each, and ended with the process
+    that started them (a killed rollout leaves no worker simulating on)."""
+    from dptoolkit.launch import worker_pool
+    from dptoolkit import sim   # the module's functions, importable in a worker (not a notebook's copies)
+    return worker_pool(workers, sim._worker_init)
 
-def _worker_init(parent: int):
-    from dptoolkit.convert import die_with_parent   # a killed rollout leaves no worker simulating on
-    die_with_parent(parent)
+def _worker_init():
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:

@@ -91,9 +91,10 @@ def test_killed_rollout_leaves_no_workers(tmp_path):
     code = "from dptoolkit.sim import rollout; rollout('hold', episodes=40, workers=2, progress=False)"
     p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "MUJOCO_GL": "egl"})
     workers, deadline = [], time.monotonic() + 120
-    while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:
+    while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:   # the children of its forkserver
         time.sleep(0.2)
-        workers = [c for c in psutil.Process(p.pid).children() if "multiprocessing.spawn" in " ".join(c.cmdline())]
+        servers = [c for c in psutil.Process(p.pid).children() if "forkserver" in " ".join(c.cmdline())]
+        workers = [w for s in servers for w in s.children()]
     assert len(workers) == 2, f"the rollout did not start its 2 workers: {workers} (exit {p.poll()})"
     time.sleep(2)                                       # inside their first episodes
     p.kill()
