@@ -34,7 +34,7 @@ trap 'kill $docs 2>/dev/null || true; rm -rf "$tmp"' EXIT
 workers=${DPT_TEST_WORKERS:-2}
 par=(); [ "$workers" != 0 ] && par=(-n "$workers" --dist loadfile)
 rc=0
-python3 -m pytest -q --durations=30 "${par[@]}" -m "not solo" tests "$@" || rc=$?
+python3 -m pytest -q --durations=60 "${par[@]}" -m "not solo" tests "$@" || rc=$?
 wait "$docs" || true
 echo "== the docs build (finished beside pytest) =="
 grep -v "Kernel is running over TCP without encryption" "$docs_log" || true
