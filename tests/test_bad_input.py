@@ -635,6 +635,7 @@ def _(tmp, store):
         _wait_for(lambda: _logged(tmp / "a", 2), a)
         b = _start(["train", "--config", "test", "--data", store, "--out", tmp / "b", *LONG], env=share)
         _wait_for(lambda: any(json.loads(l).get("threads") == 1 for l in open(tmp / "a" / "logs.jsonl")), a, limit=300)
+        _wait_for(lambda: _logged(tmp / "b", 1), b, limit=300)   # past its banner (a can reshare before b prints it)
     finally:
         for p in (b, a):
             if p is not None: os.killpg(p.pid, signal.SIGTERM)
