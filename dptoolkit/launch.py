@@ -308,9 +308,9 @@ def start_forkserver(fork: bool = False) -> str:
 # %% ../nbs/06_launch.ipynb #95e320b3
 def worker_pool(workers: int, initializer=None, initargs=()):
     """A `concurrent.futures.ProcessPoolExecutor` of `workers` processes forked by this process's forkserver on Linux
-    (spawned elsewhere): this process's environment and working folder as they are now (as a spawned worker would
-    have them; the server keeps its own), default SIGINT / SIGTERM handling, gone when this process ends (SIGKILL
-    included), then `initializer(*initargs)` (a module-level function: it travels by reference)."""
+    (spawned elsewhere): this process's environment, working folder and `sys.path` as they are now (as a spawned
+    worker would have them; the server keeps its own), default SIGINT / SIGTERM handling, gone when this process ends
+    (SIGKILL included), then `initializer(*initargs)` (a module-level function: it travels by reference)."""
     import concurrent.futures as cf
     from dptoolkit import launch   # the module's _pool_worker: a worker imports it by name (not a notebook's copy)
     if sys.platform == "linux":
@@ -319,9 +319,12 @@ def worker_pool(workers: int, initializer=None, initargs=()):
         ctx, parent = _context("forkserver"), fsm._forkserver._forkserver_pid
     else: ctx, parent = mp.get_context("spawn"), os.getpid()
     return cf.ProcessPoolExecutor(max(1, int(workers)), mp_context=ctx, initializer=launch._pool_worker,
-                                  initargs=(parent, dict(os.environ), os.getcwd(), initializer, tuple(initargs)))
+                                  initargs=(parent, dict(os.environ), os.getcwd(), list(sys.path), initializer,
+                                            tuple(initargs)))
 
-def _pool_worker(parent: int, env: dict, cwd: str, initializer, initargs):
+def _pool_worker(parent: int, env: dict, cwd: str, path: list, initializer, initargs):
+    from dptoolkit.convert import die_with_parent
+    die_with_parent(parent)
     if sys.platform == "linux":   # a forkserver child holds the pipe whose closing ends the server: a worker does not
         from multiprocessing import forkserver as fsm   # keep its server (and so itself) alive past the pool's owner
         if fsm._forkserver._forkserver_alive_fd is not None: os.close(fsm._forkserver._forkserver_alive_fd)
@@ -329,10 +332,9 @@ def _pool_worker(parent: int, env: dict, cwd: str, initializer, initargs):
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
+    sys.path[:] = path
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from dptoolkit.convert import die_with_parent
-    die_with_parent(parent)
     if initializer is not None: initializer(*initargs)
 
 # %% ../nbs/06_launch.ipynb #5d1800b2
