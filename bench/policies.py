@@ -6,7 +6,7 @@ to sample one action chunk (batch 1, the deployed case), success pooled over the
 interval and each seed's count; and the sampling speed-up of each family over U-Net + DDPM measured in the same run.
 Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issue 36's pixel recipe (top camera + qpos).
 Usage: python bench/policies.py [--camera [--aux]] [--demos 50] [--steps 1500] [--episodes 30] [--seeds 0,1]
-       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow] [--store S] [--speed-only] [--out DIR] [--json F]
+       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow,transformer+flow-x-dp] [--store S] [--speed-only] [--out DIR] [--json F]
 """
 import argparse, json, sys, tempfile, time
 from pathlib import Path
@@ -24,6 +24,8 @@ FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_in
                                "policy.transformer.n_emb=256", "policy.transformer.p_drop_attn=0.3",
                                "optimizer.weight_decay=1e-3"]}
 FAMILY["transformer+flow-x"] = [o.replace("=epsilon", "=sample") for o in FAMILY["transformer+flow"]]
+# the same, on diffusion_policy's own transformer schedule (its low-dim config: lr 1e-4, 1,000 warm-up steps)
+FAMILY["transformer+flow-x-dp"] = FAMILY["transformer+flow-x"] + ["optimizer.lr=1e-4", "training.lr_warmup_steps=1000"]
 
 
 def chunk_ms(run, reps: int = 20, steps=None) -> float:
