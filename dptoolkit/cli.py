@@ -172,6 +172,12 @@ def _scheduler_env():
     if env: os.environ.update(env)
     return env
 
+def _fork_server():
+    """Fork this command's forkserver (the ranks', the episode workers') from it now, imports done and nothing computed
+    (`launch.start_forkserver`)."""
+    from dptoolkit.launch import start_forkserver
+    start_forkserver(fork=True)
+
 def cmd_train(a):
     from omegaconf import OmegaConf
     from dptoolkit.config import for_store, load_config
@@ -196,8 +202,7 @@ def cmd_train(a):
             if dist.is_initialized(): dist.destroy_process_group()
         if res: print(json.dumps(res))
         return
-    from dptoolkit.launch import start_forkserver
-    start_forkserver(fork=True)   # now, before anything computes: the ranks' server as a fork of this process (launch)
+    _fork_server()   # now, before anything computes: the ranks' server as a fork of this process (launch)
     res = train(cfg, nprocs=a.nprocs, gpu_ids=a.gpu_ids, backend=a.backend, progress=not a.no_progress)
     print(json.dumps(res.metrics, default=str))
 
@@ -250,13 +255,8 @@ def cmd_eval(a):
         print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
 
 # %% ../nbs/08_cli.ipynb #68b830b2
-def _fork_worker_server():
-    "Fork the episode workers' server from this command now, imports done and nothing computed (`start_forkserver`)."
-    from dptoolkit.launch import start_forkserver
-    start_forkserver(fork=True)
-
 def cmd_sim_data(a):
-    _fork_worker_server()
+    _fork_server()   # the episode workers' server
     from dptoolkit.sim import make_demos
     size = tuple(int(v) for v in a.size.lower().split("x"))
     d = make_demos(a.task, n=a.episodes, out=a.output, camera=a.camera, size=size, workers=a.workers, seed=a.seed,
@@ -265,7 +265,7 @@ def cmd_sim_data(a):
     print(d)
 
 def cmd_rollout(a):
-    _fork_worker_server()
+    _fork_server()   # the episode workers' server
     from dptoolkit.sim import rollout, rollout_run, rollout_table, watch_rollouts
     if a.watch:      # what train starts beside its ranks (eval.rollout_every)
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
@@ -420,8 +420,7 @@ def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", ov
     from dptoolkit.report import summarize, read_log
     from dptoolkit.train import train
     from dptoolkit.evaluate import evaluate
-    from dptoolkit.launch import start_forkserver
-    start_forkserver(fork=True)   # before anything computes: `dpt demo` forks its ranks' server (a kernel starts one)
+    _fork_server()   # before anything computes: `dpt demo` forks its ranks' server (a kernel starts one)
     out, data = _demo_folder(out, overwrite), bundled_data()
     step = lambda n, s: print(f"\n== {n}. {s} ==", flush=True)
     step(1, "merge the sample task stores")

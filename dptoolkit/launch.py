@@ -325,10 +325,11 @@ def worker_pool(workers: int, initializer=None, initargs=()):
 def _pool_worker(parent: int, env: dict, cwd: str, path: list, initializer, initargs):
     from dptoolkit.convert import die_with_parent
     die_with_parent(parent)
-    if sys.platform == "linux":   # a forkserver child holds the pipe whose closing ends the server: a worker does not
-        from multiprocessing import forkserver as fsm   # keep its server (and so itself) alive past the pool's owner
-        if fsm._forkserver._forkserver_alive_fd is not None: os.close(fsm._forkserver._forkserver_alive_fd)
-        fsm._forkserver._forkserver_alive_fd = None
+    # a forkserver child holds the pipe whose closing ends the server: a worker does not keep its server (and so
+    # itself) alive past the pool's owner (a spawned worker holds none)
+    from multiprocessing import forkserver as fsm
+    if fsm._forkserver._forkserver_alive_fd is not None: os.close(fsm._forkserver._forkserver_alive_fd)
+    fsm._forkserver._forkserver_alive_fd = None
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
