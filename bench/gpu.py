@@ -13,7 +13,7 @@ at every log step (same seed). On CPU, `--quick` runs the same rows on the small
 Issue 47's families (`--families`, default U-Net + flow and transformer + flow) add `dpt train bf16 <family>` rows, eager
 and compiled, on the same camera store and batch.
 Usage: python bench/gpu.py [--steps 300] [--batch 128] [--gb 1.5] [--store PATH] [--skip compiled,...] [--families F,..]
-       [--quick]
+       [--compiled-families F,..] [--quick]
 On the lent GPU machine (its image has torch, torchvision, safetensors, tqdm, pandas, psutil, cloudpickle but not the
 rest of our requirements): carry wheels for zarr, numcodecs, donfig, crc32c, omegaconf, antlr4-python3-runtime,
 diffusers and fastcore (the device README says how), then run this with PYTHONPATH at them and at this checkout.
@@ -84,7 +84,7 @@ def model_rows(cfg, store, a, dev):
     out["flops_per_sample"] = fc.get_total_flops() / B
     rows["bare step fp32"] = timed_loop(bare(model, contextlib.nullcontext), a.reps, a.warm, sync, B)
     rows["bare step bf16"] = timed_loop(bare(model, bf16), a.reps, a.warm, sync, B)
-    if "compiled" not in a.skip:
+    if not {"compiled", "bare_compiled"} & a.skip:
         rows["bare step bf16 compiled"] = timed_loop(bare(torch.compile(model), bf16), a.reps, a.warm + 3, sync, B)
 
     # the naive loop: all `horizon` frames of B random windows gathered here, unpinned copy, a host read every step
@@ -115,21 +115,25 @@ def train_rows(cfg, store, a, root):
             ("dpt train fp32 compiled", ["training.mixed_precision=no", "training.compile=true"])]
     sys.path.insert(0, str(Path(__file__).parent))
     from policies import FAMILY   # issue 47's families: the same store, batch and precision
+    compiled = a.families if a.compiled_families is None else a.compiled_families
     for fam in filter(None, a.families.split(",")):
-        runs += [(f"dpt train bf16 {fam}", ["training.mixed_precision=bf16", "training.compile=false", *FAMILY[fam]]),
-                 (f"dpt train bf16 compiled {fam}", ["training.mixed_precision=bf16", "training.compile=true",
-                                                     *FAMILY[fam]])]
+        runs += [(f"dpt train bf16 {fam}", ["training.mixed_precision=bf16", "training.compile=false", *FAMILY[fam]])]
+        if fam in compiled.split(","):
+            runs += [(f"dpt train bf16 compiled {fam}", ["training.mixed_precision=bf16", "training.compile=true",
+                                                         *FAMILY[fam]])]
     for name, ov in runs:
         if "compiled" in name and "compiled" in a.skip: continue
-        if "fp32 compiled" in name and a.quick: continue
+        if "fp32 compiled" in name and (a.quick or "fp32_compiled" in a.skip): continue
+        if "fp32" in name and "fp32" in a.skip: continue
         c = load_config(cfg, ov + [f"training.max_steps={a.steps}", "training.checkpoint_every=0", "training.val_every=0",
                                    f"training.log_every={a.log_every}", "scaling.keep_effective_batch_size=false",
                                    f"dataloader.batch_size={a.batch}", f"task.dataset.zarr_path={store}"])
         d = root / name.replace(" ", "_")
         t = time.perf_counter()
         try: train(c, nprocs=1, run_dir=d, progress=False)
-        except Exception as e:
-            print(f"{name}: failed: {str(e).splitlines()[0][:300]}", flush=True); continue
+        except Exception as e:   # the rank's own traceback's end: what the next session on a GPU needs
+            print(f"{name}: failed: {str(e).splitlines()[0][:300]}\n" + "\n".join(str(e).splitlines()[-12:]), flush=True)
+            continue
         log = read_log(d)
         steady = log[log.step > a.warmup_steps]
         med, iqr = quartiles(steady.samples_per_s.to_numpy())
@@ -147,9 +151,11 @@ def main():
     ap.add_argument("--gb", type=float, default=1.5); ap.add_argument("--store", type=Path)
     ap.add_argument("--reps", type=int, default=30); ap.add_argument("--warm", type=int, default=5)
     ap.add_argument("--log-every", type=int, default=10); ap.add_argument("--warmup-steps", type=int, default=50)
-    ap.add_argument("--skip", default="", help="comma-separated: compiled, naive, train")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated: compiled, naive, train, bare_compiled, fp32 (dpt train), fp32_compiled")
     ap.add_argument("--families", default="unet+flow,transformer+flow",
                     help="policy families (bench/policies.py) also trained bf16, eager and compiled; '' for none")
+    ap.add_argument("--compiled-families", help="of those, the ones also trained compiled (default: all)")
     ap.add_argument("--quick", action="store_true", help="the small test config on a small store (CPU smoke test)")
     ap.add_argument("--json", type=Path, help="also write the table as JSON")
     a = ap.parse_args()

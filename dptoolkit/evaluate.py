@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from diffusers.schedulers.scheduling_ddim import DDIMScheduler
-from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from fastcore.basics import patch
 
 from .dataset import SequenceDataset, config_storage
-from .policy import DiffusionPolicy
+from .policy import DiffusionPolicy   # first: it makes the diffusers import fork-safe (policy chapter)
 from .protocol import predict
 from .store import describe
+from diffusers.schedulers.scheduling_ddim import DDIMScheduler
+from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 
 # %% auto #0
 __all__ = ['EvalError', 'load_policy', 'EvalResult', 'evaluate']

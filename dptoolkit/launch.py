@@ -276,13 +276,15 @@ def _forked_server(listener_fd, alive_r):
 def start_forkserver(fork: bool = False) -> str:
     """Start this process's forkserver now, if none runs: 'forked' (`fork=True`, on Linux, with no other Python
     thread: call it before computing anything), 'started' (a new interpreter importing the preload list) or
-    'running'. `launch` starts one itself; commands call this early to have it forked."""
+    'running'. `launch` starts one itself; commands call this early to have it forked. A process that has initialised
+    CUDA starts a new interpreter instead: a fork of it could not use the GPU."""
     from multiprocessing import connection, forkserver as fsm, resource_tracker
     _context("forkserver")
     srv = fsm._forkserver
     with srv._lock:
         if srv._forkserver_pid is not None and not os.waitpid(srv._forkserver_pid, os.WNOHANG)[0]: return "running"
-    fork = fork and sys.platform == "linux" and os.environ.get("DPT_FORK_SERVER") != "0"
+    fork = (fork and sys.platform == "linux" and os.environ.get("DPT_FORK_SERVER") != "0"
+            and not torch.cuda.is_initialized())
     if fork:   # what the new interpreter would import, here (imported already where dpt calls this), then the check
         for m in srv._preload_modules: importlib.import_module(m)
     if not (fork and _only_main_thread()):

@@ -162,7 +162,7 @@ def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext,
     """`torch.compile(net, backend=backend)` once `compile_check` passes on `batch` → (the module to train, a note for
     the banner). A mismatch raises `TrainError` naming both figures, or with `fallback` (compile: auto) returns
     `net`."""
-    compiled = torch.compile(net, backend=compile_backend(backend))   # after DDP: dynamo splits graphs at its buckets
+    compiled = torch.compile(net, backend=compile_backend(backend))   # after DDP (`wrap`: one graph)
     chk = compile_check(model, net, compiled, batch, autocast, rtol, seed=seed)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
     if chk.ok: return compiled, f"compiled ({name}; self-check passed: {chk})"
@@ -189,13 +189,16 @@ def wrap(R):
     """DDP (no per-step buffer broadcast unless the model has BatchNorm statistics; not under fsdp, whose model
     `shard` made already), CUDA fast paths, torch.compile."""
     R.net = R.model
-    if R.distributed and getattr(R, "strategy", "ddp") != "fsdp":
+    if R.distributed and R.world > 1 and getattr(R, "strategy", "ddp") != "fsdp":
         # buffers here are the normalizer's constants, equal on every rank: broadcasting them before each forward (DDP's
         # default) would add a collective per step; models with BatchNorm statistics keep it
         bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in R.model.modules())
         R.net = DDP(R.net, device_ids=[R.device.index] if R.use_cuda else None,
                     find_unused_parameters=R.cfg.ddp.find_unused_parameters,
                     bucket_cap_mb=R.cfg.ddp.bucket_cap_mb, **_buffer_sync(bn))
+        if compile_wanted(R.T, R.device):   # one graph, not pieces chained by guessed strides (above)
+            import torch._dynamo as dynamo
+            dynamo.config.optimize_ddp = False
     R.fast = cuda_fast_paths(R.T, R.device)
     R.net, R.compiled = _compile(R.cfg, R.model, R.net, R.train_ds, R.p.per_device_batch, R.device, R.autocast,
                                  R.precision, R.is_main)
@@ -205,7 +208,7 @@ def no_sync(R, last: bool):
     `set_requires_gradient_sync(False)`; the last one reduces them."""
     if last or not R.distributed: return contextlib.nullcontext()
     if getattr(R, "strategy", "ddp") == "fsdp": return _fsdp_no_sync(R.model)
-    return R.net.no_sync()
+    return R.net.no_sync() if R.world > 1 else contextlib.nullcontext()
 
 @contextlib.contextmanager
 def _fsdp_no_sync(model):

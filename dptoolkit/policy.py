@@ -4,12 +4,16 @@
 
 # %% ../nbs/04_policy.ipynb #b3bcb3c4
 from __future__ import annotations
-import math
+import math, os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+# diffusers asks `torch.accelerator.is_available()` as it is imported, which initialises CUDA's driver and poisons
+# fork: ranks forked by a server that had imported it could not use their GPU. NVML answers without it (PyTorch's own
+# switch; a user's setting wins). Before the first diffusers import of every dptoolkit module: this one.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from fastcore.basics import patch

@@ -167,3 +167,25 @@ def test_dpt_train_forks_its_rank_server_and_its_ranks_train_as_a_new_servers_do
     assert len(servers["fork"]) == 1 and "dpt train --config test" in servers["fork"].pop(), servers
     assert len(servers["new"]) == 1 and "multiprocessing.forkserver" in servers["new"].pop(), servers
     assert len(losses["fork"]) == 2 and losses["fork"] == losses["new"], losses
+
+
+def test_importing_the_library_leaves_fork_usable_for_cuda():
+    """No dptoolkit import asks the CUDA driver for its devices (it poisons fork: ranks forked by a server that did,
+    as every rank is, fail with 'Cannot re-initialize CUDA in forked subprocess' on a GPU). diffusers asks as it is
+    imported; the policy module first points PyTorch at NVML. Checked on CPU by counting the driver calls, with NVML
+    answering as it does on a GPU machine (here it has no library and PyTorch would fall back to the driver)."""
+    code = textwrap.dedent("""
+        import importlib, pkgutil, torch
+        calls = []
+        real = torch._C._cuda_getDeviceCount
+        torch._C._cuda_getDeviceCount = lambda: calls.append(1) or real()
+        torch.cuda._device_count_nvml = lambda: 1
+        import dptoolkit, dptoolkit.evaluate   # evaluate first: it imports diffusers itself
+        for m in pkgutil.iter_modules(dptoolkit.__path__): importlib.import_module("dptoolkit." + m.name)
+        import diffusers.utils.torch_utils
+        print(len(calls))
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "0", out.stdout
