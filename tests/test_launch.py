@@ -189,3 +189,15 @@ def test_importing_the_library_leaves_fork_usable_for_cuda():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "0", out.stdout
+
+
+def test_a_process_that_initialised_cuda_starts_its_server_instead_of_forking_it():
+    "A fork of a process with CUDA initialised could not use the GPU: `start_forkserver(fork=True)` starts one instead."
+    code = textwrap.dedent("""
+        import torch
+        torch.cuda.is_initialized = lambda: True      # as after any CUDA work in this process
+        from dptoolkit.launch import start_forkserver
+        print(start_forkserver(fork=True))
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "started", (out.stdout, out.stderr[-2000:])
