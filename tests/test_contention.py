@@ -44,9 +44,11 @@ def test_quiet_and_busy_machine(merged, tmp_path):
     # the load was seen: 2 ranks + 2 busy loops on 2 cores get ~half a core each; a lone rank beside them ~2/3
     assert b.contended[2] and "thread(s)' time" in b.contended_reason[2], busy[["world_size", "cpu_share", "contended_reason"]].to_string()
     assert b.cpu_share[1] < 0.8 and b.cpu_share[2] < 0.6
-    # each repeat's log says how many threads it had and the share of them it got
+    # each repeat's log says how many threads it had and the share of them it got: ~2/3 for the lone rank, more where
+    # the scheduler favours it on waking from its short waits (a CI run here: windows 0.54-0.81, median 0.73), so the
+    # bound is the summary's (above); the pressure figures below say how much it waited
     log = read_log(tmp_path / "busy" / "world1-1")
-    assert {"threads", "cpu_share", "load", "train_s"} <= set(log.columns) and log.cpu_share.median() < 0.7
+    assert {"threads", "cpu_share", "load", "train_s"} <= set(log.columns) and log.cpu_share.median() < 0.8
     # where Linux keeps CPU pressure, each window's own figure: a lone rank beside 2 busy loops on 2 cores waits about
     # half the time, 2 ranks beside them nearly all of it; a quiet lone rank hardly at all (whatever the past minute's
     # load average still remembers of the tests before it)
