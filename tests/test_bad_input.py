@@ -1,7 +1,7 @@
 """The bad-input table (issue 16): every row is one test here, and the train chapter's table ("When things go wrong")
 lists the same rows with the message each one shows. A row calls the real function (or the real `dpt` command), checks
 that exactly one clear error names the culprit, and checks what is left on disk."""
-import json, os, subprocess, sys, time
+import json, os, signal, subprocess, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -394,15 +394,20 @@ def _(tmp, store):
     rd = tmp / "r"
     first = subprocess.Popen(["dpt", "train", "--config", "test", "--data", str(store), "--out", str(rd), "--nprocs", "1",
                               "--no-progress", "training.max_steps=100000", "training.checkpoint_every=0", "training.log_every=5"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                             start_new_session=True)
     try:
         t0 = time.time()
         while not ((rd / ".lock").exists() and (rd / ".lock").read_text()):   # rank 0 holds the folder
             assert first.poll() is None and time.time() - t0 < 120, first.communicate()
             time.sleep(0.2)
+        # paused while the second one tries (SIGSTOP: alive, holding the folder, not burning a core the other test file
+        # needs; what is checked is the lock, not the first run's steps)
+        os.killpg(first.pid, signal.SIGSTOP)
         _cli("train", "--config", "test", "--data", store, "--out", rd, "--nprocs", 1, "--resume", says="another run is training into this folder now")
         assert first.poll() is None                               # the first run is untouched
     finally:
+        os.killpg(first.pid, signal.SIGCONT)
         first.terminate(); first.wait(60)
 
 @row("X3", "CLI", "`dpt inspect --verify` on a store with a damaged chunk", "dpt: error: …: 1 damaged chunk(s): data/state chunk (0, 0): …/data/state/0.0: …")
@@ -658,12 +663,16 @@ def _(tmp, store):
     sim = _start(["sim-data", "--episodes", "400", "--workers", "2", "-o", tmp / "bg.zarr", "--no-progress"], env=share)
     try:
         _wait_for(lambda: _workers_in(tmp / "dptoolkit-ranks") == 2, sim)
+        # registered, then paused (SIGSTOP): the registry counts living workers; their episodes were only a load on the
+        # other test file's cores
+        os.killpg(sim.pid, signal.SIGSTOP)
         out = subprocess.run(["dpt", "train", "--config", "test", "--data", str(store), "--out", str(tmp / "a"),
                               "--no-progress", "training.max_steps=2", "training.log_every=1",
                               "training.checkpoint_every=100000"], capture_output=True, text=True, timeout=300,
                              env={**os.environ, **share}).stdout
     finally:
         os.killpg(sim.pid, signal.SIGTERM)
+        os.killpg(sim.pid, signal.SIGCONT)
         sim.communicate(timeout=120)
     want = max(1, len(os.sched_getaffinity(0)) // 3)   # the cores between the run's one rank and the two workers
     assert f"cores are shared with 2 simulator worker(s): {want} thread(s) per rank" in out, out[-2000:]
