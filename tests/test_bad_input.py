@@ -407,7 +407,7 @@ def _(tmp, store):
         _cli("train", "--config", "test", "--data", store, "--out", rd, "--nprocs", 1, "--resume", says="another run is training into this folder now")
         assert first.poll() is None                               # the first run is untouched
     finally:
-        os.killpg(first.pid, signal.SIGCONT)
+        _signal_group(first, signal.SIGCONT)
         first.terminate(); first.wait(60)
 
 @row("X3", "CLI", "`dpt inspect --verify` on a store with a damaged chunk", "dpt: error: …: 1 damaged chunk(s): data/state chunk (0, 0): …/data/state/0.0: …")
@@ -472,6 +472,12 @@ def _(tmp, store):
 
 
 # issue 39: accidents a new user met; each ends in one line naming the cause, and a suggested command is run here
+def _signal_group(p, *sigs):
+    "Send `sigs` to the process group of `p` (started in a session of its own), if it is still there."
+    for sig in sigs:
+        try: os.killpg(p.pid, sig)
+        except ProcessLookupError: pass
+
 def _start(args, env=None):
     return subprocess.Popen(["dpt", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, **(env or {})})
@@ -671,8 +677,7 @@ def _(tmp, store):
                               "training.checkpoint_every=100000"], capture_output=True, text=True, timeout=300,
                              env={**os.environ, **share}).stdout
     finally:
-        os.killpg(sim.pid, signal.SIGTERM)
-        os.killpg(sim.pid, signal.SIGCONT)
+        _signal_group(sim, signal.SIGTERM, signal.SIGCONT)   # (a stopped process acts on SIGTERM once continued)
         sim.communicate(timeout=120)
     want = max(1, len(os.sched_getaffinity(0)) // 3)   # the cores between the run's one rank and the two workers
     assert f"cores are shared with 2 simulator worker(s): {want} thread(s) per rank" in out, out[-2000:]
