@@ -4,11 +4,13 @@ Prints, per strategy: each rank's bytes of parameters + gradients + AdamW + EMA 
 `config.yaml`), each rank's peak resident memory (VmHWM of the rank processes, sampled while they run), samples/s
 (median of the log windows after the first two), the final checkpoint's files and bytes; then fsdp / ddp for each and
 the largest relative difference of the 20 losses. Goals: model memory ≤ 0.6×, samples/s ≥ 0.8×, losses within
-1e-4. A third row: fsdp with `training.fsdp_reshard=false` (each block's parameters gathered once a step, kept from
-its forward to its backward).
-Usage: python bench/fsdp.py [--layers 18] [--emb 1024] [--steps 20] [--batch 8] [--out DIR] [--json F]
+1e-4. More rows: fsdp with `training.fsdp_reshard=false` (each block's parameters gathered once a step, kept from
+its forward to its backward), and both strategies as they ran before the CPU work of 2026-11-27
+(`training.fsdp_cpu_collectives=gloo`: gloo's own all-gather / reduce-scatter; `training.cpu_keep_freed_memory=false`:
+glibc returns freed blocks to the kernel), so the gain of each is measured in the same run.
+Usage: python bench/fsdp.py [--layers 18] [--emb 1024] [--steps 20] [--batch 8] [--out DIR] [--json F] [--keep]
 """
-import argparse, json, os, statistics, sys, tempfile, time
+import argparse, json, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 
 
@@ -49,6 +51,7 @@ def run(store, out: Path, strategy: str, a, extra=()) -> dict:
     log = read_log(rd)
     ck = rd / "checkpoints" / (rd / "checkpoints" / "latest").read_text().strip()
     files = {str(p.relative_to(ck)): p.stat().st_size for p in sorted(ck.rglob("*")) if p.is_file()}
+    if not a.keep: shutil.rmtree(rd / "checkpoints")   # 4.7 GB a row at the default size
     return dict(strategy=name, wall_s=wall, rank_bytes=meta["rank_bytes"], peak_rss=sorted(peak.values()),
                 samples_per_s=statistics.median(log.samples_per_s.tolist()[2:]), losses=log.loss.tolist(),
                 checkpoint=files, params=None)
@@ -62,21 +65,25 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--out")
     ap.add_argument("--json")
+    ap.add_argument("--keep", action="store_true", help="keep each run's checkpoints (4.7 GB a row by default)")
     a = ap.parse_args()
     from dptoolkit.store import sample_data
     out = Path(a.out or tempfile.mkdtemp(prefix="dpt-fsdp-"))
     store = sample_data(out / "data", tasks=1, episodes=6, seed=3, overwrite=True)[0]
+    before = ["training.cpu_keep_freed_memory=false"]
     rows = [run(store, out, "ddp", a), run(store, out, "fsdp", a),
-            run(store, out, "fsdp", a, ["training.fsdp_reshard=false"])]
-    ddp, fsdp, fsdp2 = rows
+            run(store, out, "fsdp", a, ["training.fsdp_reshard=false"]),
+            run(store, out, "ddp", a, before),
+            run(store, out, "fsdp", a, ["training.fsdp_cpu_collectives=gloo"] + before)]
+    ddp, fsdp, fsdp2, ddp0, fsdp0 = rows
     n = ddp["rank_bytes"]["params"] // 4
     mb = lambda b: f"{b / 2**20:,.0f} MB"
     print(f"transformer denoiser, {a.layers} layers × n_emb {a.emb}: {n / 1e6:.0f} M parameters; world 2 CPU ranks on "
           f"{os.cpu_count()} cores; {a.steps} fp32 steps, global batch {a.batch}")
-    print(f"{'strategy':28} {'params+grads+AdamW+EMA / rank':>30} {'peak RSS / rank':>18} {'samples/s':>10} "
+    print(f"{'strategy':52} {'params+grads+AdamW+EMA / rank':>30} {'peak RSS / rank':>18} {'samples/s':>10} "
           f"{'checkpoint':>12} {'wall s':>7}")
     for r in rows:
-        print(f"{r['strategy']:28} {mb(r['rank_bytes']['total']):>30} {mb(max(r['peak_rss'] or [0])):>18} "
+        print(f"{r['strategy']:52} {mb(r['rank_bytes']['total']):>30} {mb(max(r['peak_rss'] or [0])):>18} "
               f"{r['samples_per_s']:>10.2f} {mb(sum(r['checkpoint'].values())):>12} {r['wall_s']:>7.0f}")
     diff = max(abs(x - y) / abs(y) for x, y in zip(fsdp["losses"], ddp["losses"]))
     ratios = dict(model_memory=fsdp["rank_bytes"]["total"] / ddp["rank_bytes"]["total"],
@@ -88,6 +95,11 @@ def main():
     print(f"fsdp_reshard=false / ddp: samples/s {fsdp2['samples_per_s'] / ddp['samples_per_s']:.2f}×, peak RSS "
           f"{max(fsdp2['peak_rss']) / max(ddp['peak_rss']):.2f}×")
     ratios["samples_per_s_no_reshard"] = fsdp2["samples_per_s"] / ddp["samples_per_s"]
+    ratios.update(samples_per_s_before=fsdp0["samples_per_s"] / ddp0["samples_per_s"],
+                  ddp_gain=ddp["samples_per_s"] / ddp0["samples_per_s"],
+                  fsdp_gain=fsdp["samples_per_s"] / fsdp0["samples_per_s"])
+    print(f"before (gloo's collectives, freed memory returned): fsdp / ddp {ratios['samples_per_s_before']:.2f}×; "
+          f"now against before: ddp {ratios['ddp_gain']:.2f}×, fsdp {ratios['fsdp_gain']:.2f}×")
     print("fsdp checkpoint files:", ", ".join(f"{k} {mb(v)}" for k, v in fsdp["checkpoint"].items()))
     if a.json: Path(a.json).write_text(json.dumps(dict(rows=rows, ratios=ratios, params=n, args=vars(a)), indent=1))
 

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from .launch import launched
 
 # %% auto #0
-__all__ = ['cpu_threads', 'rollout_cores', 'register_rank', 'unregister_rank', 'other_ranks', 'fair_threads', 'reshare_threads']
+__all__ = ['cpu_threads', 'rollout_cores', 'keep_freed_memory', 'register_rank', 'unregister_rank', 'other_ranks', 'fair_threads',
+           'reshare_threads']
 
 # %% ../nbs/05a_cores.ipynb #f8933a71
 def _cores() -> int:
@@ -48,6 +49,23 @@ def rollout_cores(cfg) -> int:
     "Cores a CPU run leaves to its rollout workers: `eval.rollout_workers` when `eval.rollout_every` is set."
     E = OmegaConf.select(cfg, "eval", default=None)
     return int(E.get("rollout_workers", 1)) if E is not None and E.get("rollout_every") else 0
+
+# %% ../nbs/05a_cores.ipynb #0e6109a0
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3    # glibc's mallopt parameters (malloc.h)
+
+def keep_freed_memory(T=None) -> bool:
+    """Ask glibc to keep freed memory for this process's next allocations (blocks up to 1 GiB from the heap, the heap
+    never trimmed) unless `training.cpu_keep_freed_memory` is false, the user set an allocator (`MALLOC_*_`,
+    `GLIBC_TUNABLES`, `LD_PRELOAD`) or the C library is not glibc. True when set."""
+    if T is not None and not OmegaConf.select(T, "cpu_keep_freed_memory", default=True): return False
+    if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ) or os.environ.get("GLIBC_TUNABLES") \
+            or os.environ.get("LD_PRELOAD"): return False
+    import ctypes, platform
+    if platform.libc_ver()[0] != "glibc": return False
+    try: libc = ctypes.CDLL("libc.so.6")
+    except OSError: return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, 2**30)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
 
 # %% ../nbs/05a_cores.ipynb #21effe9d
 def _ranks_dir() -> Path:

@@ -24,8 +24,8 @@ from .policy import DiffusionPolicy, offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
 from .store import describe
 # the rooms the loop uses (their public names are importable from here too, as before the split)
-from .cores import (cpu_threads, fair_threads, other_ranks, register_rank, reshare_threads, rollout_cores,
-                             unregister_rank)
+from .cores import (cpu_threads, fair_threads, keep_freed_memory, other_ranks, register_rank, reshare_threads,
+                             rollout_cores, unregister_rank)
 from .fsdp import local, shard
 from .guards import StopSignal
 from .metrics import Trackers, _finish, _open_run, _Window, log_step, strict_json
@@ -135,10 +135,12 @@ def _rank_setup(cfg) -> _Run:
         n, share = fair_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world)), rollout_cores(cfg), _run_dir(cfg))
         torch.set_num_threads(n)
         register_rank(_run_dir(cfg), n)
+    if not use_cuda: keep_freed_memory(T)   # big tensors reuse freed memory instead of page-faulting every step
     torch.manual_seed(T.seed + rank)
     np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False   # not NaN into every new tensor (fsdp's buffers)
         if use_cuda: torch.backends.cudnn.benchmark = False
     # gref: the first log window's median grad norm (training.grad_spike); train_s0: training seconds before a resume;
     # every: eval.rollout_every

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from dptoolkit.checkpoint import TrainError
 from dptoolkit.config import ConfigError, for_store
-from dptoolkit.launch import LaunchError
+from dptoolkit.launch import LaunchError, launch
 from dptoolkit.report import read_log
 from dptoolkit.store import sample_data
 from dptoolkit.train import train
@@ -126,3 +126,39 @@ def test_fsdp_refusals_are_one_line(runs, store, tmp_path):
     # a resume onto another model shape: the tensor named, expected vs found
     with pytest.raises(LaunchError, match=r"has shape .* this model expects"):
         _train(store, _from_step(f.run_dir, 2, tmp_path / "wider"), resume=True, extra=["policy.down_dims=[16,32]"])
+
+
+def _pairwise_against_a_hand_sum(sizes):
+    """On each rank: `PairwiseAllGather` / `PairwiseReduceScatter` on shards of each size, against what every rank can
+    compute by itself (each rank's tensors come from a generator seeded with its rank) and against gloo's own."""
+    import torch.distributed as dist
+    from dptoolkit.fsdp import PairwiseAllGather, PairwiseReduceScatter
+    W, r, g = dist.get_world_size(), dist.get_rank(), dist.group.WORLD
+    mine = lambda q, n: torch.randn(W * n + n, generator=torch.Generator().manual_seed(1000 * q + n))
+    out = []
+    for n in sizes:
+        shard, full = mine(r, n)[:n], mine(r, n)[n:]
+        gathered, theirs = torch.full((W * n,), float("nan")), torch.empty(W * n)
+        assert PairwiseAllGather()(gathered, shard, g) is None
+        dist.all_gather_into_tensor(theirs, shard)
+        hand = torch.stack([mine(q, n)[n:][r * n:(r + 1) * n] for q in range(W)])
+        row = dict(n=n, gather=torch.equal(gathered, torch.cat([mine(q, n)[:n] for q in range(W)])),
+                   gather_as_gloo=torch.equal(gathered, theirs))
+        for op, want in ((dist.ReduceOp.SUM, hand.sum(0)), (dist.ReduceOp.AVG, hand.sum(0) / W)):
+            got, gloo = torch.empty(n), torch.empty(n)
+            PairwiseReduceScatter()(got, full.clone(), g, op)
+            dist.reduce_scatter_tensor(gloo, full.clone(), op=op)
+            row[str(op).split(".")[-1]] = ((got - want).abs().max().item(), (got - gloo).abs().max().item())
+        out.append(row)
+    gathered = [None] * W
+    dist.all_gather_object(gathered, out)
+    return gathered
+
+
+def test_pairwise_collectives_gather_and_reduce_like_gloo():
+    "The collectives fsdp uses on CPU ranks, at world 3 (every pair talks), for shards of 1, 7 and 1,000 values."
+    for rank, rows in enumerate(launch(_pairwise_against_a_hand_sum, [1, 7, 1000], nprocs=3, progress_bar=False)):
+        for row in rows:
+            assert row["gather"] and row["gather_as_gloo"], (rank, row)
+            for op in ("SUM", "AVG"):
+                assert max(row[op]) < 1e-6, (rank, op, row)
