@@ -45,7 +45,9 @@ def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9
 class EMA(torch.nn.Module):
     """Moving average of a model's weights (`.module`) with diffusion_policy's decay warm-up.
 
-    The first update copies the weights; update n > 0 moves them by `1 - ema_decay(n)` in one fused `_foreach_lerp_`.
+    The first update copies the weights; update n > 0 moves the floating-point parameters by `1 - ema_decay(n)` in one
+    fused `_foreach_lerp_` and copies the buffers (normalizer statistics, attention masks: a mask's -inf would
+    average to NaN).
     The update count is a host integer, so an update never waits for the GPU (`AveragedModel` reads a device counter
     twice per update, which stalls the CUDA queue every step)."""
     def __init__(self, model, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999):
@@ -53,9 +55,9 @@ class EMA(torch.nn.Module):
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
         self.decay_args = (power, inv_gamma, min_value, max_value)
         self.n_averaged = 0
-        ts = list(self.module.parameters()) + list(self.module.buffers())
-        self._float = [i for i, t in enumerate(ts) if t.is_floating_point()]
-        self._other = [i for i, t in enumerate(ts) if not t.is_floating_point()]
+        ts, n_params = list(self.module.parameters()) + list(self.module.buffers()), len(list(self.module.parameters()))
+        self._float = [i for i, t in enumerate(ts) if i < n_params and t.is_floating_point()]
+        self._other = [i for i, t in enumerate(ts) if i >= n_params or not t.is_floating_point()]
 
     @torch.no_grad()
     def update_parameters(self, model):

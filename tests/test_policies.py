@@ -4,6 +4,7 @@ that breaks the policy protocol is refused in one line before any process starts
 import json
 
 import pytest
+import numpy as np
 import torch
 import zarr
 from torch import nn
@@ -30,6 +31,7 @@ def test_family_trains_resumes_exactly_and_samples(family, merged, tmp_path):
                 overrides=["training.max_steps=4"])
     a, b = read_log(full.run_dir).set_index("step").loss, read_log(cut.run_dir).set_index("step").loss
     assert a.loc[[3, 4]].tolist() == b.loc[[3, 4]].tolist()          # bit-exact after the resume
+    assert np.isfinite(full.metrics["val_loss_ema"])                  # the in-run EMA (its masks were once averaged to NaN)
     pol, rcfg = load_policy(full.run_dir)
     assert (pol.denoiser, pol.objective) == tuple(family.split("+"))
     assert pol.num_inference_steps == 16                              # the test config's; flow's default is 10
