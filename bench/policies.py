@@ -22,7 +22,8 @@ FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_in
                                "policy.prediction_type=epsilon",
                                "policy.transformer.n_layer=8", "policy.transformer.n_head=4",
                                "policy.transformer.n_emb=256", "policy.transformer.p_drop_attn=0.3",
-                               "optimizer.weight_decay=1e-3"]}
+                               "optimizer.weight_decay=1e-3", "optimizer.betas=[0.9,0.95]"]}
+# (AdamW betas as diffusion_policy's transformer config; rows in RESULTS.md before 2026-11-27 ran RoboTwin's 0.95, 0.999)
 FAMILY["transformer+flow-x"] = [o.replace("=epsilon", "=sample") for o in FAMILY["transformer+flow"]]
 # the same, on diffusion_policy's own transformer schedule (its low-dim config: lr 1e-4, 1,000 warm-up steps)
 FAMILY["transformer+flow-x-dp"] = FAMILY["transformer+flow-x"] + ["optimizer.lr=1e-4", "training.lr_warmup_steps=1000"]
