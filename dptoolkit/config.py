@@ -69,7 +69,7 @@ _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
             "policy.obs_encoder.pool": ("avg", "spatial_softmax")}
 _AUTO_OR_INT = ("dataloader.num_workers", "training.cpu_threads")      # "auto" or a count
 _AUTO_OR_NUM = ("training.stall_timeout_s",)                           # "auto" or a number of seconds (null: off)
-_TRISTATE = ("training.resume", "training.compile")   # true | false | auto
+_TRISTATE = ("training.resume", "training.compile", "training.cpu_keep_freed_memory")   # true | false | auto
 # numbers checked before any process starts: key -> (kind, low, high, low inclusive, None allowed);
 # kind: int, num, or ints / nums for a list
 _RANGES = {

@@ -55,9 +55,12 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3    # glibc's mallopt parameters (m
 
 def keep_freed_memory(T=None) -> bool:
     """Ask glibc to keep freed memory for this process's next allocations (blocks up to 1 GiB from the heap, the heap
-    never trimmed) unless `training.cpu_keep_freed_memory` is false, the user set an allocator (`MALLOC_*_`,
-    `GLIBC_TUNABLES`, `LD_PRELOAD`) or the C library is not glibc. True when set."""
-    if T is not None and not OmegaConf.select(T, "cpu_keep_freed_memory", default=True): return False
+    never trimmed) when `training.cpu_keep_freed_memory` is true, or `auto` (the default) with `training.strategy:
+    fsdp`; never where the user set an allocator (`MALLOC_*_`, `GLIBC_TUNABLES`, `LD_PRELOAD`) or the C library is
+    not glibc. True when set."""
+    if T is not None:
+        want = OmegaConf.select(T, "cpu_keep_freed_memory", default="auto")
+        if want is False or (want == "auto" and OmegaConf.select(T, "strategy", default="ddp") != "fsdp"): return False
     if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ) or os.environ.get("GLIBC_TUNABLES") \
             or os.environ.get("LD_PRELOAD"): return False
     import ctypes, platform
