@@ -5,6 +5,8 @@ episode seeds (1000 …). Prints, per family: training seconds and samples/s, th
 to sample one action chunk (batch 1, the deployed case), success pooled over the training seeds with its 95 % Wilson
 interval and each seed's count; and the sampling speed-up of each family over U-Net + DDPM measured in the same run.
 Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issue 36's pixel recipe (top camera + qpos).
+A run already trained (and rolled out) into --out is reused: a study longer than a session is run a (family, seed)
+at a time into one --out, then once more over all of them for the table.
 Usage: python bench/policies.py [--camera [--aux]] [--demos 50] [--steps 1500] [--episodes 30] [--seeds 0,1]
        [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow,transformer+flow-x-dp] [--store S] [--speed-only] [--out DIR] [--json F]
 """
@@ -92,9 +94,14 @@ def main():
             if fam == "unet+ddpm":   # DDPM over all its training timesteps (RoboTwin deploys 100 of 100)
                 n = int(cfg.policy.num_train_timesteps)
                 row.update(chunk_ms_all_steps=round(chunk_ms(res.run_dir, reps=5, steps=n), 1), all_steps=n)
-            if not a.speed_only:
-                r = rollout(res.run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False)
-                row.update(success=int(r.episodes.success.sum()), episodes=len(r.episodes))
+            if not a.speed_only:   # each run's rollouts are kept beside it: a rerun into --out reuses them
+                kept = Path(res.run_dir) / f"rollout-seed1000-{a.episodes}.json"
+                if kept.exists(): got = json.loads(kept.read_text())
+                else:
+                    r = rollout(res.run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False)
+                    got = dict(success=int(r.episodes.success.sum()), episodes=len(r.episodes))
+                    kept.write_text(json.dumps(got))
+                row.update(got)
             rows.append(row)
             print(row, flush=True)
     df = pd.DataFrame(rows)
