@@ -8,7 +8,7 @@ Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issu
 A run already trained (and rolled out) into --out is reused: a study longer than a session is run a (family, seed)
 at a time into one --out, then once more over all of them for the table.
 Usage: python bench/policies.py [--camera [--aux]] [--demos 50] [--steps 1500] [--episodes 30] [--seeds 0,1]
-       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow,transformer+flow-x-dp] [--store S] [--speed-only] [--out DIR] [--json F]
+       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow,transformer+flow-x-dp] [--store S] [--speed-only] [--out DIR [--only-done]] [--json F]
 """
 import argparse, json, sys, tempfile, time
 from pathlib import Path
@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--aux", action="store_true"); ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--store", type=Path); ap.add_argument("--out", type=Path); ap.add_argument("--json", type=Path)
     ap.add_argument("--speed-only", action="store_true", help="train --steps (default 30) and time; no rollouts")
+    ap.add_argument("--only-done", action="store_true", help="table the runs already in --out; train none")
     a = ap.parse_args()
     import pandas as pd
     from dptoolkit.config import for_store
@@ -86,6 +87,7 @@ def main():
             done = json.loads((rd / "result.json").read_text()) if (rd / "result.json").exists() else {}
             if done.get("steps") == a.steps:   # trained before into --out (a rerun after an interruption): reuse
                 res, wall = type("R", (), dict(run_dir=rd, metrics=done))(), done["wall_s"]
+            elif a.only_done: continue
             else: res, wall = train(cfg, nprocs=1, run_dir=rd, progress=False), None
             wall = wall if wall is not None else time.perf_counter() - t
             row = dict(family=fam, seed=seed, train_s=round(wall, 1),
