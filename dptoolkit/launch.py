@@ -6,6 +6,7 @@
 from __future__ import annotations
 import datetime, importlib, io, os, signal, socket, sys, threading, time, traceback
 import multiprocessing.connection as mpc
+import multiprocessing.util as mpu
 
 import cloudpickle
 import torch
@@ -97,7 +98,7 @@ def _watchdog(parent_pid):
 
 # %% ../nbs/06_launch.ipynb #6df39716
 def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env, launcher_env):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)     # the forkserver ignores it (_forkserver); a rank must not
+    _release_sigterm()     # the forkserver ignores it and holds it blocked (`_hold_sigterm`); a rank must not
     import dptoolkit.launch as m
     m._CHANNEL = (conn, threading.Lock(), rank)
     stop = _forward_fds(rank) if forward else (lambda: None)
@@ -228,7 +229,20 @@ def _in_forkserver_preload() -> bool:
         f = f.f_back
     return False
 
-if _in_forkserver_preload(): signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _hold_sigterm():
+    """The forkserver's SIGTERM: ignored by the server and blocked; each process it forks takes the default back as it
+    starts (multiprocessing's after-fork hook, before any of its own code) and then receives a SIGTERM that reached it
+    while it was being born."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    server = os.getpid()      # its children only: not the children that a rank forks in turn (DataLoader workers)
+    mpu.register_after_fork(_hold_sigterm, lambda _: _release_sigterm() if os.getppid() == server else None)
+
+def _release_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+if _in_forkserver_preload(): _hold_sigterm()
 
 
 # %% ../nbs/06_launch.ipynb #e55a06b3
@@ -255,7 +269,7 @@ def _forked_server(listener_fd, alive_r):
                 if callable(signal.getsignal(s)): signal.signal(s, signal.SIG_DFL)
             except (OSError, ValueError): pass
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)        # as the preloaded server does (above)
+        _hold_sigterm()                                      # as the preloaded server does (above)
         import faulthandler
         if faulthandler.is_enabled(): faulthandler.disable()   # its file may be one of the fds closed below
         for fd in map(int, os.listdir("/proc/self/fd")):
@@ -336,7 +350,7 @@ def _pool_worker(parent: int, env: dict, cwd: str, path: list, initializer, init
     os.environ.update(env)
     os.chdir(cwd)
     sys.path[:] = path
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _release_sigterm()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if initializer is not None: initializer(*initargs)
 
@@ -593,7 +607,7 @@ def exited(self: _Supervisor, rank):
     if self.failure is None and rank not in self.finished:
         cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
         if self.stop_at and code < 0:
-            cause += f" (the launcher passed on {self.stop_at['name']}; this rank does not handle it)"
+            cause += f" (the launcher passed on {self.stop_at['name']}; this rank was not handling it)"
         self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",
                                    rank=rank, cause=cause)
 
@@ -632,14 +646,16 @@ def forward(self: _Supervisor, signum, frame):
     # SIGTERM / SIGUSR1 to the launcher (a scheduler, `kill`): pass it on to every rank and keep waiting, so ranks
     # that handle it (train_worker: checkpoint, then return) finish normally within `stop_grace` seconds
     if not self.stop_at:
-        self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name)
+        self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name, signum=signum)
         print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), "
               f"waiting up to {self.stop_grace:g} s for them to checkpoint and stop"
               + (" (Ctrl-C again: stop them at once)" if signum == signal.SIGINT else ""), file=sys.stderr, flush=True)
-    for p in self.procs:
-        try:
-            if p.is_alive(): os.kill(p.pid, signum)
-        except (ProcessLookupError, ValueError): pass
+    for p in self.procs: _pass_on(p, signum)
+
+def _pass_on(p, signum):
+    try:
+        if p.is_alive(): os.kill(p.pid, signum)
+    except (ProcessLookupError, ValueError): pass
 
 @patch
 def interrupt(self: _Supervisor, signum, frame):
@@ -649,6 +665,8 @@ def interrupt(self: _Supervisor, signum, frame):
     if self.stop_at.get("name") == "SIGINT": raise KeyboardInterrupt
     self.forward(signum, frame)
 
+
+# %% ../nbs/06_launch.ipynb #c3d9f0a1
 @patch
 def run(self: _Supervisor):
     "Wait until every rank finished (rank 0's result) or one failed (`LaunchError`)."
@@ -718,9 +736,8 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
                           master_listen_fd=sock.detach(), use_libuv=True)
     from dptoolkit.launch import _child as target  # the library's copy: importable in the children
     ctx = _context(start_method, fn)
-    sup = _Supervisor([], {}, _Bar(progress_bar), StallWatch(store, nprocs,
-                                                             stall_timeout) if stall_timeout is not None else None,
-                      stop_grace)
+    watch = StallWatch(store, nprocs, stall_timeout) if stall_timeout is not None else None
+    sup = _Supervisor([], {}, _Bar(progress_bar), watch, stop_grace)
     old_handlers, ok = {}, False
     if threading.current_thread() is threading.main_thread():
         for s in (signal.SIGTERM, signal.SIGUSR1): old_handlers[s] = signal.signal(s, sup.forward)
@@ -734,6 +751,7 @@ def launch(fn, *args, nprocs: int | None = None, gpu_ids=None, backend: str | No
             p.start()
             w.close()
             sup.procs.append(p)
+            if sup.stop_at: _pass_on(p, sup.stop_at["signum"])   # a signal while they start (seconds) reaches it
             sup.conns[r] = rank
             sup.sentinels[p.sentinel] = rank
         result = sup.run()

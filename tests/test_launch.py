@@ -79,6 +79,39 @@ def test_interrupt_stops_children(tmp_path):
     assert p.returncode != 0
 
 
+
+def test_sigterm_while_the_ranks_start_reaches_them(tmp_path):
+    """A SIGTERM that reaches the launcher while its ranks are being started (its forkserver still importing torch, no
+    rank yet) still reaches every rank: the run stops in seconds, not after `stop_grace` (CI once failed on a `dpt
+    train` that waited its full 120 s for a rank that never heard it). The other gap, a rank forked from the server
+    (which ignores SIGTERM) in the milliseconds before its own code runs, is closed by the server holding SIGTERM
+    blocked; that window is too short for a test to hit on purpose."""
+    script = tmp_path / "start.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from dptoolkit.launch import launch
+        def body():
+            time.sleep(300)                  # no handler: a rank that hears SIGTERM dies of it
+        if __name__ == "__main__":
+            launch(body, nprocs=2, stop_grace=200, progress_bar=False)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 120:            # the moment: the server is up, no rank yet
+        try:
+            if any("forkserver" in " ".join(c.cmdline()) for c in descendants(p.pid)): break
+        except psutil.Error: pass            # a short-lived child gone (or a zombie) while read
+        time.sleep(0.005)
+    ranks_then = len(rank_processes(p.pid))
+    t1 = time.time(); p.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=150)[0]
+    took = time.time() - t1
+    assert took < 60 and "did not stop within" not in out, (took, out[-2000:])
+    assert p.returncode != 0 and "killed by SIGTERM" in out, out[-2000:]
+    assert ranks_then == 0
+    time.sleep(0.5)
+    assert rank_processes(p.pid) == [] and descendants(p.pid) == []
+
 NB_CELLS = [
     "import torch, torch.distributed as dist, os, time\nfrom dptoolkit.launch import launch, LaunchError",
     # a class and a function defined in the notebook: travel by value
