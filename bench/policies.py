@@ -62,12 +62,15 @@ def main():
     ap.add_argument("--speed-only", action="store_true", help="train --steps (default 30) and time; no rollouts")
     ap.add_argument("--only-done", action="store_true", help="table the runs already in --out; train none")
     a = ap.parse_args()
+    if a.only_done and a.out is None: ap.error("--only-done tables the runs in --out: name the folder (--out DIR)")
     import pandas as pd
     from dptoolkit.config import for_store
     from dptoolkit.sim import make_demos, rollout, wilson
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-policies-"))
-    store = a.store
+    store = a.store or ((out / "demos.zarr") if (out / "demos.zarr").exists() else None)   # a study's own demos
+    if store is None and a.only_done:
+        sys.exit(f"policies.py: --only-done: name the store the runs in {out} trained on (--store)")
     if store is None:
         t = time.perf_counter()
         demos = make_demos("transfer_cube", n=a.demos, out=out / "demos.zarr", camera=a.camera, size=(72, 96),
@@ -101,11 +104,13 @@ def main():
                 if kept.exists(): got = json.loads(kept.read_text())
                 else:
                     r = rollout(res.run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False)
-                    got = dict(success=int(r.episodes.success.sum()), episodes=len(r.episodes))
+                    got = dict(success=int(r.episodes.success.sum()), episodes=len(r.episodes),
+                               outcomes={int(k): bool(v) for k, v in zip(r.episodes.seed, r.episodes.success)})
                     kept.write_text(json.dumps(got))
-                row.update(got)
+                row.update({k: v for k, v in got.items() if k != "outcomes"})
             rows.append(row)
             print(row, flush=True)
+    if not rows: sys.exit(f"policies.py: no finished run of {a.families} × seeds {a.seeds} in {out}")
     df = pd.DataFrame(rows)
     agg = df.groupby("family", sort=False).agg(train_s=("train_s", "mean"), samples_per_s=("samples_per_s", "mean"),
                                                 chunk_ms=("chunk_ms", "median"))
