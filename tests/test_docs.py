@@ -56,11 +56,19 @@ def browser():
         b.close()
 
 
+def _page(browser):
+    """A page whose loads may take 2 minutes (Playwright's default is 30 s; a 2-core machine that trains beside the
+    suite once took longer to serve a page): what the tests check is what the page shows, not how fast."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(120_000)
+    return page
+
+
 def test_site_in_browser(site, server, browser):
     pages = json.loads((site / "pages.json").read_text())
     assert [p["stem"] for p in pages][:2] == ["index", "00_store"] and len(pages) >= 11
     shots = ROOT / "_screenshots"; shutil.rmtree(shots, ignore_errors=True); shots.mkdir()
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = _page(browser)
     problems = []
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -128,7 +136,7 @@ def test_site_reads_well(site, server, browser):
         assert "w-success" in style or "w-danger" in style, (file, tag)   # never frozen mid-way
         if "w-success" in style: assert float(attr(tag, "value")) == float(attr(tag, "max")), (file, tag)
 
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = _page(browser)
     page.goto(f"{server}/02_config.html"); page.wait_for_load_state("networkidle")
     toc = page.locator("#dpt-side li.current ol.toc a")
     assert toc.count() >= 3                                               # the page's own sections in the sidebar
