@@ -6,9 +6,10 @@ to sample one action chunk (batch 1, the deployed case), success pooled over the
 interval and each seed's count; and the sampling speed-up of each family over U-Net + DDPM measured in the same run.
 Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issue 36's pixel recipe (top camera + qpos).
 A run already trained (and rolled out) into --out is reused: a study longer than a session is run a (family, seed)
-at a time into one --out, then once more over all of them for the table.
+at a time into one --out, then once more over all of them for the table. `--also-steps 1,2`: each flow run is timed and
+rolled out again sampling in that many Euler steps (the same weights; rows `FAMILY/N`).
 Usage: python bench/policies.py [--camera [--aux]] [--demos 50] [--steps 1500] [--episodes 30] [--seeds 0,1]
-       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow,transformer+flow-x-dp] [--store S] [--speed-only] [--out DIR [--only-done]] [--json F]
+       [--families unet+ddpm,unet+flow,unet+flow-x,transformer+flow,transformer+flow-x-dp] [--store S] [--speed-only] [--out DIR [--only-done]] [--also-steps 1,2] [--json F]
 """
 import argparse, json, sys, tempfile, time
 from pathlib import Path
@@ -51,6 +52,19 @@ def chunk_ms(run, reps: int = 20, steps=None) -> float:
     return 1000 * sorted(ts)[len(ts) // 2]
 
 
+def rolled(a, run_dir, steps, rollout) -> dict:
+    """Success of `run_dir` on the --episodes held-out seeds (1000 …), sampling in `steps` (None: the run's own);
+    kept beside the run, so a rerun into --out reuses it."""
+    kept = Path(run_dir) / (f"rollout-seed1000-{a.episodes}" + (f"-steps{steps}" if steps else "") + ".json")
+    if kept.exists(): got = json.loads(kept.read_text())
+    else:
+        r = rollout(run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False, inference_steps=steps)
+        got = dict(success=int(r.episodes.success.sum()), episodes=len(r.episodes),
+                   outcomes={int(k): bool(v) for k, v in zip(r.episodes.seed, r.episodes.success)})
+        kept.write_text(json.dumps(got))
+    return {k: v for k, v in got.items() if k != "outcomes"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--demos", type=int, default=50); ap.add_argument("--steps", type=int, default=1500)
@@ -61,6 +75,8 @@ def main():
     ap.add_argument("--store", type=Path); ap.add_argument("--out", type=Path); ap.add_argument("--json", type=Path)
     ap.add_argument("--speed-only", action="store_true", help="train --steps (default 30) and time; no rollouts")
     ap.add_argument("--only-done", action="store_true", help="table the runs already in --out; train none")
+    ap.add_argument("--also-steps", default="", help="e.g. 1,2: each flow run rolled out and timed again with that "
+                    "many Euler steps (rows 'FAMILY/N'; the trained model is the same)")
     a = ap.parse_args()
     if a.only_done and a.out is None: ap.error("--only-done tables the runs in --out: name the folder (--out DIR)")
     import pandas as pd
@@ -99,17 +115,14 @@ def main():
             if fam == "unet+ddpm":   # DDPM over all its training timesteps (RoboTwin deploys 100 of 100)
                 n = int(cfg.policy.num_train_timesteps)
                 row.update(chunk_ms_all_steps=round(chunk_ms(res.run_dir, reps=5, steps=n), 1), all_steps=n)
-            if not a.speed_only:   # each run's rollouts are kept beside it: a rerun into --out reuses them
-                kept = Path(res.run_dir) / f"rollout-seed1000-{a.episodes}.json"
-                if kept.exists(): got = json.loads(kept.read_text())
-                else:
-                    r = rollout(res.run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False)
-                    got = dict(success=int(r.episodes.success.sum()), episodes=len(r.episodes),
-                               outcomes={int(k): bool(v) for k, v in zip(r.episodes.seed, r.episodes.success)})
-                    kept.write_text(json.dumps(got))
-                row.update({k: v for k, v in got.items() if k != "outcomes"})
+            if not a.speed_only: row.update(rolled(a, res.run_dir, None, rollout))
             rows.append(row)
             print(row, flush=True)
+            for n in ([int(x) for x in a.also_steps.split(",") if x] if "flow" in fam else []):
+                more = dict(row, family=f"{fam}/{n}", chunk_ms=round(chunk_ms(res.run_dir, steps=n), 2))
+                if not a.speed_only: more.update(rolled(a, res.run_dir, n, rollout))
+                rows.append(more)
+                print(more, flush=True)
     if not rows: sys.exit(f"policies.py: no finished run of {a.families} × seeds {a.seeds} in {out}")
     df = pd.DataFrame(rows)
     agg = df.groupby("family", sort=False).agg(train_s=("train_s", "mean"), samples_per_s=("samples_per_s", "mean"),

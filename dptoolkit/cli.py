@@ -271,13 +271,17 @@ def cmd_rollout(a):
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
                        log=lambda m: print(m, flush=True))
         return
+    if a.steps and (a.every is not None or a.watch):
+        raise CLIError("--steps is for one run's final policy; --every rolls out each checkpoint as it was "
+                       "trained (policy.num_inference_steps)")
     if a.every is not None:
         recs = rollout_run(a.run, a.every, a.task, a.episodes, a.seed, a.workers, progress=not a.json,
                            max_steps=a.max_steps)
         if a.json: print(recs.to_json(orient="records", indent=1))
         return
     res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
-                   video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress), task_name=a.task_name)]
+                   video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress), task_name=a.task_name,
+                   inference_steps=a.steps)]
     if a.baselines:
         res += [rollout(b, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                                     progress=not (a.json or a.no_progress)) for b in ("expert", "hold")]
@@ -633,7 +637,7 @@ COMMANDS.update({
         description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success "
                     "rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
         examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/",
-                  "dpt rollout expert --episodes 20",
+                  "dpt rollout expert --episodes 20", "dpt rollout runs/flow --episodes 50 --steps 1",
                   "dpt rollout runs/sim --every 500 --episodes 20 --seed 100000"],
         args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
               _a("--task", default="transfer_cube", help="transfer_cube"),
@@ -641,6 +645,8 @@ COMMANDS.update({
               _a("--workers", type=count, help="worker processes (default: one per core)"),
               _a("--seed", type=int, default=1000, help="first seed (default 1000)"),
               _a("--task-name", help="the task a task-conditioned policy does (one of its policy.task_names)"),
+              _a("--steps", type=count, help="sampling steps per action chunk (default: the policy's own "
+                 "policy.num_inference_steps; a flow policy may sample in 1)"),
               _a("--max-steps", type=count, default=400, help="steps per episode (default 400)"),
               _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),

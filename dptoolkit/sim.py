@@ -411,6 +411,7 @@ class RolloutResult:
     videos: list = field(default_factory=list)
     wall_s: float = 0.0
     workers: int = 1
+    sampling_steps: int | None = None   # denoising / Euler steps per action chunk (None: a baseline)
     @property
     def success_rate(self) -> float: return float(self.episodes["success"].mean())
     @property
@@ -423,6 +424,7 @@ class RolloutResult:
                     mean_steps=float(self.episodes["steps"].mean()),
                     episodes_per_min=60 * len(self.episodes) / max(self.wall_s, 1e-9),
                     unstable=int(self.episodes["unstable"].sum()) if "unstable" in self.episodes else 0,
+                    sampling_steps=self.sampling_steps,
                     seeds=self.episodes["seed"].tolist())
     def _repr_html_(self): return rollout_table([self]).to_html(float_format=lambda v: f"{v:.3g}")
     def show_videos(self, width: int = 320):
@@ -456,14 +458,15 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
     'hold'. With `video_dir`, the first `videos` episodes are written as mp4. A policy whose action dimension is not the
     task's 14 is refused before any episode starts. `policy`: the class of a run trained with one from a notebook cell.
     A policy object reaches the workers by value (cloudpickle), so a notebook-defined class rolls out too.
-    `task_name`: the task a task-conditioned policy does (one of its `task_names`)."""
+    `task_name`: the task a task-conditioned policy does (one of its `task_names`). `inference_steps`: sample each
+    action chunk in that many steps instead of the policy's own `num_inference_steps` (the result records which)."""
     _check_task(task)
     _sim()
     name = str(run_or_policy)
     if policy is not None and isinstance(run_or_policy, (str, Path)):   # a run of a notebook-defined class
         from dptoolkit.evaluate import load_policy
         name, run_or_policy = Path(run_or_policy).name, load_policy(run_or_policy, policy=policy)[0]
-    spec, idx = run_or_policy, None
+    spec, idx, steps = run_or_policy, None, None
     if not (isinstance(spec, str) and spec in ("expert", "hold")):
         if isinstance(spec, (str, Path)):
             spec, name = str(Path(spec).absolute()), Path(spec).name
@@ -471,6 +474,10 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
         else: pol, label = spec, "policy"
         check_policy(pol, task, label)
         idx = task_index(pol, task_name, label)
+        if inference_steps and not hasattr(pol, "num_inference_steps"):
+            raise SimError(f"{label}: sampling steps {inference_steps} asked, but this policy has no "
+                           "num_inference_steps (it samples its actions in no steps to set)")
+        steps = int(inference_steps or getattr(pol, "num_inference_steps", 0)) or None
         if not isinstance(spec, str):
             import cloudpickle, uuid
             spec = (uuid.uuid4().hex, cloudpickle.dumps(spec))
@@ -487,7 +494,7 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
             rows.append(f.result())
             bar.update(1)
     df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True)
-    return RolloutResult(name, df, list(vids.values()), time.perf_counter() - t0, n)
+    return RolloutResult(name, df, list(vids.values()), time.perf_counter() - t0, n, steps)
 
 # %% ../nbs/13_sim.ipynb #e67088ec
 def snapshot(ckpt) -> Path:

@@ -126,9 +126,13 @@ def test_camera_policy_taught_the_cube_pose_never_reads_it(tmp_path):
     T = pol.n_obs_steps
     obs = {"head_camera": torch.zeros(1, T, 3, 24, 32, dtype=torch.uint8), "state": torch.zeros(1, T, 14)}
     assert pol.predict_action(obs)["action"].shape[-1] == 14                  # no env_state given
-    r = dpt("rollout", run, "--episodes", 1, "--max-steps", 12, "--workers", 1, "--json", timeout=300, check=0)
+    r = dpt("rollout", run, "--episodes", 1, "--max-steps", 12, "--workers", 1, "--steps", 2, "--json", timeout=300,
+            check=0)
     row = json.loads(r.stdout)[0]
     assert (row["episodes"], row["mean_steps"], row["unstable"]) == (1, 12, 0), row   # 12 steps driven from pixels
+    assert row["sampling_steps"] == 2, row                                # each chunk sampled in 2 steps, not the config's
+    r = dpt("rollout", run, "--every", 1, "--steps", 1)
+    assert r.returncode == 1 and "dpt: error: --steps is for one run's final policy" in r.stderr, r.stderr
 
 
 def test_a_dead_watcher_is_said_and_recorded(demos, tmp_path):
