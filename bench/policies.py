@@ -30,6 +30,8 @@ FAMILY = {"unet+ddpm": [], "unet+flow": ["policy.objective=flow", "policy.num_in
 FAMILY["transformer+flow-x"] = [o.replace("=epsilon", "=sample") for o in FAMILY["transformer+flow"]]
 # the same, on diffusion_policy's own transformer schedule (its low-dim config: lr 1e-4, 1,000 warm-up steps)
 FAMILY["transformer+flow-x-dp"] = FAMILY["transformer+flow-x"] + ["optimizer.lr=1e-4", "training.lr_warmup_steps=1000"]
+# the same with full attention (no causal masks): does the action chunk need its steps to see the later ones?
+FAMILY["transformer+flow-x-nc"] = FAMILY["transformer+flow-x"] + ["policy.transformer.causal_attn=false"]
 
 
 def chunk_ms(run, reps: int = 20, steps=None) -> float:
