@@ -271,7 +271,7 @@ def cmd_rollout(a):
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
                        log=lambda m: print(m, flush=True))
         return
-    if a.steps and (a.every is not None or a.watch):
+    if a.steps and a.every is not None:   # (--watch returned above)
         raise CLIError("--steps is for one run's final policy; --every rolls out each checkpoint as it was "
                        "trained (policy.num_inference_steps)")
     if a.every is not None:
