@@ -2,7 +2,8 @@
 sample), U-Net + flow matching (pi0's velocity target; `-x`: predicting the clean chunk) and transformer + flow,
 each trained with every training seed of --seeds on the same demonstrations and rolled out on the same held-out
 episode seeds (1000 …). Prints, per family: training seconds and samples/s, the milliseconds
-to sample one action chunk (batch 1, the deployed case), success pooled over the training seeds with its 95 % Wilson
+to sample one action chunk (batch 1, the deployed case), the error of its sampled actions on held-out windows
+(`dpt eval`'s MAE, data units), success pooled over the training seeds with its 95 % Wilson
 interval and each seed's count; and the sampling speed-up of each family over U-Net + DDPM measured in the same run.
 Variant: low-dim (`state` + `env_state`) by default, `--camera [--aux]` for issue 36's pixel recipe (top camera + qpos).
 A run already trained (and rolled out) into --out is reused: a study longer than a session is run a (family, seed)
@@ -32,6 +33,10 @@ FAMILY["transformer+flow-x"] = [o.replace("=epsilon", "=sample") for o in FAMILY
 FAMILY["transformer+flow-x-dp"] = FAMILY["transformer+flow-x"] + ["optimizer.lr=1e-4", "training.lr_warmup_steps=1000"]
 # the same with full attention (no causal masks): does the action chunk need its steps to see the later ones?
 FAMILY["transformer+flow-x-nc"] = FAMILY["transformer+flow-x"] + ["policy.transformer.causal_attn=false"]
+# the same without dropout (diffusion_policy's 0.3 is for hundreds of epochs; this budget is 12): does it cost precision?
+FAMILY["transformer+flow-x-d0"] = [o.replace("p_drop_attn=0.3", "p_drop_attn=0.0") for o in FAMILY["transformer+flow-x"]]
+# and its observations through adaptive LayerNorm in every layer as well as cross-attention (DiT's adaLN-Zero)
+FAMILY["transformer+flow-x-adaln"] = FAMILY["transformer+flow-x-d0"] + ["policy.transformer.cond=adaln"]
 
 
 def chunk_ms(run, reps: int = 20, steps=None) -> float:
@@ -52,6 +57,14 @@ def chunk_ms(run, reps: int = 20, steps=None) -> float:
         pol.predict_action(obs, generator=g, **kw)
         ts.append(time.perf_counter() - t)
     return 1000 * sorted(ts)[len(ts) // 2]
+
+
+def val_mae(run, steps=None) -> float:
+    """Mean absolute error (data units) of the actions the run's EMA policy samples on its held-out windows (`dpt
+    eval`), in the run's number of sampling steps (or `steps`): the offline figure that tells families apart when their
+    losses agree (issue 47)."""
+    from dptoolkit.evaluate import evaluate
+    return round(float(evaluate(run, steps=steps, device="cpu", progress=False).metrics.loc["policy", "mae"]), 5)
 
 
 def rolled(a, run_dir, steps, rollout) -> dict:
@@ -113,7 +126,8 @@ def main():
             wall = wall if wall is not None else time.perf_counter() - t
             row = dict(family=fam, seed=seed, train_s=round(wall, 1),
                        samples_per_s=round(res.metrics.get("samples_per_s", float("nan")), 1),
-                       final_loss=res.metrics.get("final_loss"), chunk_ms=round(chunk_ms(res.run_dir), 2))
+                       final_loss=res.metrics.get("final_loss"), val_loss_ema=res.metrics.get("val_loss_ema"),
+                       val_mae=val_mae(res.run_dir), chunk_ms=round(chunk_ms(res.run_dir), 2))
             if fam == "unet+ddpm":   # DDPM over all its training timesteps (RoboTwin deploys 100 of 100)
                 n = int(cfg.policy.num_train_timesteps)
                 row.update(chunk_ms_all_steps=round(chunk_ms(res.run_dir, reps=5, steps=n), 1), all_steps=n)
@@ -121,14 +135,15 @@ def main():
             rows.append(row)
             print(row, flush=True)
             for n in ([int(x) for x in a.also_steps.split(",") if x] if "flow" in fam else []):
-                more = dict(row, family=f"{fam}/{n}", chunk_ms=round(chunk_ms(res.run_dir, steps=n), 2))
+                more = dict(row, family=f"{fam}/{n}", chunk_ms=round(chunk_ms(res.run_dir, steps=n), 2),
+                            val_mae=val_mae(res.run_dir, steps=n))
                 if not a.speed_only: more.update(rolled(a, res.run_dir, n, rollout))
                 rows.append(more)
                 print(more, flush=True)
     if not rows: sys.exit(f"policies.py: no finished run of {a.families} × seeds {a.seeds} in {out}")
     df = pd.DataFrame(rows)
     agg = df.groupby("family", sort=False).agg(train_s=("train_s", "mean"), samples_per_s=("samples_per_s", "mean"),
-                                                chunk_ms=("chunk_ms", "median"))
+                                                chunk_ms=("chunk_ms", "median"), val_mae=("val_mae", "mean"))
     base = agg.chunk_ms.get("unet+ddpm")
     agg["sampling_speedup"] = (base / agg.chunk_ms) if base else float("nan")
     if "chunk_ms_all_steps" in df:

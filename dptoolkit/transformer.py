@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['time_embedding', 'causal_masks', 'TransformerDenoiser', 'param_groups']
+__all__ = ['time_embedding', 'causal_masks', 'TransformerDenoiser', 'AdaLNLayer', 'param_groups']
 
 # %% ../nbs/04d_transformer.ipynb #b9d78cb5
 def time_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
@@ -32,27 +32,37 @@ def causal_masks(horizon: int, n_cond: int) -> tuple:
 class TransformerDenoiser(nn.Module):
     """A transformer over the noisy action chunk (diffusion_policy's `TransformerForDiffusion`, observations as
     conditioning, an MLP over the conditioning tokens): `forward(sample (B, T, D), timestep (B,) or scalar,
-    global_cond (B, n_obs_steps × cond_dim)) -> (B, T, D)`, the U-Net's signature."""
+    global_cond (B, n_obs_steps × cond_dim)) -> (B, T, D)`, the U-Net's signature. `cond="adaln"`: `AdaLNLayer`s,
+    the conditioning also shifts, scales and gates every LayerNorm (DiT's adaLN-Zero) on top of cross-attention."""
     def __init__(self, input_dim: int, horizon: int, n_obs_steps: int, cond_dim: int, n_layer: int = 8,
                  n_head: int = 4, n_emb: int = 256, p_drop_emb: float = 0.0, p_drop_attn: float = 0.3,
-                 causal_attn: bool = True):
+                 causal_attn: bool = True, cond: str = "cross"):
         super().__init__()
         if n_emb % n_head: raise ValueError(f"policy.transformer.n_emb={n_emb} is not a multiple of n_head={n_head}")
-        self.horizon, self.n_obs_steps, self.n_emb = horizon, n_obs_steps, n_emb
+        if cond not in ("cross", "adaln"):
+            raise ValueError(f"policy.transformer.cond={cond!r}: expected 'cross' (diffusion_policy's) or 'adaln' "
+                             "(DiT's)")
+        self.horizon, self.n_obs_steps, self.n_emb, self.cond = horizon, n_obs_steps, n_emb, cond
         self.input_emb, self.cond_obs_emb = nn.Linear(input_dim, n_emb), nn.Linear(cond_dim, n_emb)
         self.pos_emb = nn.Parameter(torch.zeros(1, horizon, n_emb))
         self.cond_pos_emb = nn.Parameter(torch.zeros(1, 1 + n_obs_steps, n_emb))
         self.drop = nn.Dropout(p_drop_emb)
         self.encoder = nn.Sequential(nn.Linear(n_emb, 4 * n_emb), nn.Mish(), nn.Linear(4 * n_emb, n_emb))
-        layer = nn.TransformerDecoderLayer(n_emb, n_head, 4 * n_emb, p_drop_attn, activation="gelu", batch_first=True,
-                                           norm_first=True)
-        self.decoder = nn.TransformerDecoder(layer, n_layer)
+        if cond == "adaln":
+            self.decoder = nn.ModuleList(AdaLNLayer(n_emb, n_head, p_drop_attn) for _ in range(n_layer))
+            self.final_mod = nn.Linear(n_emb, 2 * n_emb)
+        else: self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(
+            n_emb, n_head, 4 * n_emb, p_drop_attn, activation="gelu", batch_first=True, norm_first=True), n_layer)
         masks = causal_masks(horizon, 1 + n_obs_steps) if causal_attn else (None, None)
         self.register_buffer("mask", masks[0], persistent=False)
         self.register_buffer("memory_mask", masks[1], persistent=False)
         self.ln_f, self.head = nn.LayerNorm(n_emb), nn.Linear(n_emb, input_dim)
         self.apply(_init_weights)
         for p in (self.pos_emb, self.cond_pos_emb): nn.init.normal_(p, 0.0, 0.02)
+        if cond == "adaln":   # adaLN-Zero: every layer starts as the identity, the head unmodulated
+            for m in [layer.mod for layer in self.decoder] + [self.final_mod]:
+                nn.init.zeros_(m.weight)
+                nn.init.zeros_(m.bias)
 
     def forward(self, sample, timestep, global_cond):
         B = sample.shape[0]
@@ -61,17 +71,44 @@ class TransformerDenoiser(nn.Module):
         obs = self.cond_obs_emb(global_cond.reshape(B, self.n_obs_steps, -1))   # (B, To, n_emb)
         memory = self.encoder(self.drop(torch.cat([time, obs], dim=1) + self.cond_pos_emb))
         x = self.drop(self.input_emb(sample) + self.pos_emb)
-        x = self.decoder(x, memory, tgt_mask=self.mask, memory_mask=self.memory_mask)
-        return self.head(self.ln_f(x))
+        if self.cond == "cross":
+            return self.head(self.ln_f(self.decoder(x, memory, tgt_mask=self.mask, memory_mask=self.memory_mask)))
+        c = nn.functional.silu(memory.mean(1))                                  # (B, n_emb): time and observations
+        for layer in self.decoder: x = layer(x, memory, c, self.mask, self.memory_mask)
+        shift, scale = self.final_mod(c)[:, None].chunk(2, dim=-1)
+        return self.head(self.ln_f(x) * (1 + scale) + shift)
 
 def _init_weights(m):
     "GPT-style initialisation, as diffusion_policy's: N(0, 0.02) weights, zero biases, unit LayerNorm."
     if isinstance(m, nn.Linear):
         nn.init.normal_(m.weight, 0.0, 0.02)
         if m.bias is not None: nn.init.zeros_(m.bias)
-    elif isinstance(m, nn.LayerNorm):
+    elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
         nn.init.ones_(m.weight)
         nn.init.zeros_(m.bias)
+
+# %% ../nbs/04d_transformer.ipynb #8abdb8da
+class AdaLNLayer(nn.Module):
+    """A pre-norm decoder layer (self-attention, cross-attention to the conditioning tokens, MLP) whose three
+    LayerNorms are shifted and scaled, and whose residual branches are gated, by the conditioning vector `c` (B, n_emb)
+    through one linear map (DiT's adaLN-Zero: `TransformerDenoiser` zero-initialises `mod`)."""
+    def __init__(self, n_emb: int, n_head: int, p_drop: float = 0.0):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(n_emb, n_head, dropout=p_drop, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(n_emb, n_head, dropout=p_drop, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(n_emb, 4 * n_emb), nn.GELU(), nn.Dropout(p_drop),
+                                 nn.Linear(4 * n_emb, n_emb))
+        self.norms = nn.ModuleList(nn.LayerNorm(n_emb, elementwise_affine=False) for _ in range(3))
+        self.mod, self.drop = nn.Linear(n_emb, 9 * n_emb), nn.Dropout(p_drop)
+
+    def forward(self, x, memory, c, mask=None, memory_mask=None):
+        m = self.mod(c)[:, None].chunk(9, dim=-1)          # (shift, scale, gate) × (self, cross, mlp), each (B, 1, E)
+        h = self.norms[0](x) * (1 + m[1]) + m[0]
+        x = x + m[2] * self.drop(self.self_attn(h, h, h, attn_mask=mask, need_weights=False)[0])
+        h = self.norms[1](x) * (1 + m[4]) + m[3]
+        x = x + m[5] * self.drop(self.cross_attn(h, memory, memory, attn_mask=memory_mask, need_weights=False)[0])
+        h = self.norms[2](x) * (1 + m[7]) + m[6]
+        return x + m[8] * self.drop(self.mlp(h))
 
 # %% ../nbs/04d_transformer.ipynb #dabf4c33
 def param_groups(module: nn.Module, weight_decay: float) -> list:

@@ -19,7 +19,8 @@ from dptoolkit.train import train
 RUN = ["training.log_every=1", "training.checkpoint_every=2", "training.lr_scheduler=constant",
        "training.deterministic=true", "training.device=cpu", "dataloader.batch_size=8"]
 FAMILIES = {"transformer+ddpm": ["policy.denoiser=transformer"], "unet+flow": ["policy.objective=flow"],
-            "transformer+flow": ["policy.denoiser=transformer", "policy.objective=flow"]}
+            "transformer+flow": ["policy.denoiser=transformer", "policy.objective=flow",
+                                 "policy.transformer.cond=adaln"]}   # the adaLN variant (the ddpm one: cross only)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -34,6 +35,7 @@ def test_family_trains_resumes_exactly_and_samples(family, merged, tmp_path):
     assert np.isfinite(full.metrics["val_loss_ema"])                  # the in-run EMA (its masks were once averaged to NaN)
     pol, rcfg = load_policy(full.run_dir)
     assert (pol.denoiser, pol.objective) == tuple(family.split("+"))
+    assert getattr(pol.model, "cond", None) == {"transformer+ddpm": "cross", "transformer+flow": "adaln"}.get(family)
     assert pol.num_inference_steps == 16                              # the test config's; flow's default is 10
     obs = {"state": torch.randn(3, pol.n_obs_steps, 14)}
     out = pol.predict_action(obs, generator=torch.Generator().manual_seed(0))
