@@ -69,15 +69,17 @@ def val_mae(run, steps=None) -> float:
 
 def rolled(a, run_dir, steps, rollout) -> dict:
     """Success of `run_dir` on the --episodes held-out seeds (1000 …), sampling in `steps` (None: the run's own);
-    kept beside the run, so a rerun into --out reuses it."""
+    kept beside the run (each seed's outcome and highest reward stage: 1 the right gripper touches the cube, 2 lifts it,
+    3 both grippers touch it, 4 the left holds it off the table), so a rerun into --out reuses it."""
     kept = Path(run_dir) / (f"rollout-seed1000-{a.episodes}" + (f"-steps{steps}" if steps else "") + ".json")
     if kept.exists(): got = json.loads(kept.read_text())
     else:
         r = rollout(run_dir, episodes=a.episodes, workers=a.workers, seed=1000, progress=False, inference_steps=steps)
         got = dict(success=int(r.episodes.success.sum()), episodes=len(r.episodes),
-                   outcomes={int(k): bool(v) for k, v in zip(r.episodes.seed, r.episodes.success)})
+                   outcomes={int(k): bool(v) for k, v in zip(r.episodes.seed, r.episodes.success)},
+                   max_reward={int(k): int(v) for k, v in zip(r.episodes.seed, r.episodes.max_reward)})
         kept.write_text(json.dumps(got))
-    return {k: v for k, v in got.items() if k != "outcomes"}
+    return {k: v for k, v in got.items() if k not in ("outcomes", "max_reward")}
 
 
 def main():
