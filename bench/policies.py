@@ -61,8 +61,8 @@ def chunk_ms(run, reps: int = 20, steps=None) -> float:
 
 def val_mae(run, steps=None) -> float:
     """Mean absolute error (data units) of the actions the run's EMA policy samples on its held-out windows (`dpt
-    eval`), in the run's number of sampling steps (or `steps`): the offline figure that tells families apart when their
-    losses agree (issue 47)."""
+    eval`), in the run's number of sampling steps (or `steps`). It separates families whose losses agree, but on issue
+    47's pixel task it did not rank them by closed-loop success (bench/RESULTS.md): roll out before choosing."""
     from dptoolkit.evaluate import evaluate
     return round(float(evaluate(run, steps=steps, device="cpu", progress=False).metrics.loc["policy", "mae"]), 5)
 
