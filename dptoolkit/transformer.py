@@ -72,7 +72,9 @@ class TransformerDenoiser(nn.Module):
         memory = self.encoder(self.drop(torch.cat([time, obs], dim=1) + self.cond_pos_emb))
         x = self.drop(self.input_emb(sample) + self.pos_emb)
         if self.cond == "cross":
-            return self.head(self.ln_f(self.decoder(x, memory, tgt_mask=self.mask, memory_mask=self.memory_mask)))
+            # the causal hint given: detecting it compares the mask on the device and reads back (a sync per step)
+            return self.head(self.ln_f(self.decoder(x, memory, tgt_mask=self.mask, memory_mask=self.memory_mask,
+                                                    tgt_is_causal=self.mask is not None)))
         c = nn.functional.silu(memory.mean(1))                                  # (B, n_emb): time and observations
         for layer in self.decoder: x = layer(x, memory, c, self.mask, self.memory_mask)
         shift, scale = self.final_mod(c)[:, None].chunk(2, dim=-1)
