@@ -160,17 +160,34 @@ def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext
 def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext, rtol=0.02, *, fallback=False,
                     seed=0, verbose=True):
     """`torch.compile(net, backend=backend)` once `compile_check` passes on `batch` → (the module to train, a note for
-    the banner). A mismatch raises `TrainError` naming both figures, or with `fallback` (compile: auto) returns
-    `net`."""
+    the banner). A mismatch raises `TrainError` naming both figures, a compiler that fails one naming its error; with
+    `fallback` (compile: auto) either returns `net`. Compiled code that faults on the device raises in both cases."""
     compiled = torch.compile(net, backend=compile_backend(backend))   # after DDP (`wrap`: one graph)
-    chk = compile_check(model, net, compiled, batch, autocast, rtol, seed=seed)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+    try: chk = compile_check(model, net, compiled, batch, autocast, rtol, seed=seed)
+    except Exception as e:   # the compiler failed, or its code faulted: one line naming the way out, not its traceback
+        model.zero_grad(set_to_none=True)
+        why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        if _device_fault(e):   # the process's CUDA context is lost: nothing, eager included, can run in it any more
+            raise TrainError(f"training.compile: the compiled model ({name}, torch {torch.__version__}) faulted on the "
+                             f"device in its first step ({why}); the model trains eagerly: use training.compile=false"
+                             ) from None
+        if not fallback: raise TrainError(f"training.compile: compiling the model ({name}) failed ({why}); use "
+                                          "training.compile=false, or auto to fall back") from None
+        if verbose: print(f"training.compile: compiling the model ({name}) failed ({why}); training eagerly "
+                          "(compile: auto)", flush=True)
+        return net, "eager (compile failed)"
     if chk.ok: return compiled, f"compiled ({name}; self-check passed: {chk})"
     msg = f"training.compile: the compiled model disagrees with eager on the same batch, weights and noise: {chk}"
     if not fallback:
         raise TrainError(msg + "; it would not train as eager does. Use training.compile=false, or auto to fall back")
     if verbose: print(msg + "; training eagerly (compile: auto)", flush=True)
     return net, "eager (compile self-check failed)"
+
+def _device_fault(e: BaseException) -> bool:
+    "Did `e` come from the device itself (an illegal memory access, a device-side assert), not from the compiler?"
+    return isinstance(e, getattr(torch, "AcceleratorError", ())) or any(
+        m in str(e) for m in ("CUDA error", "CUDA driver error", "illegal memory access"))
 
 def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision, is_main):
     "`training.compile` for `train_worker`: the module to train and the banner's word on it."
