@@ -1,6 +1,7 @@
 """Which part of the transformer + flow policy fails under torch.compile on CUDA? One variant per process (an illegal
 memory access poisons the context): bare bf16 training steps (forward, backward, AdamW) at batch 128 on robot_dp_14's
-camera policy, eager then compiled. Usage: python bench/gpu_compile_probe.py VARIANT  (cross | nocausal | adaln | unet | regional)"""
+camera policy, eager then compiled. Usage: python bench/gpu_compile_probe.py VARIANT
+(cross | nocausal | adaln | unet | regional: the encoder and the denoiser compiled apart)"""
 import sys, time, traceback
 from pathlib import Path
 import torch
@@ -13,7 +14,8 @@ from omegaconf import OmegaConf
 v = sys.argv[1]
 store = Path("/tmp/probe.zarr")
 if not store.exists(): make_store(store, 0.1)
-extra = {"cross": [], "regional": [], "nocausal": ["policy.transformer.causal_attn=false"], "adaln": ["policy.transformer.cond=adaln"]}
+extra = {"cross": [], "regional": [], "nocausal": ["policy.transformer.causal_attn=false"],
+         "adaln": ["policy.transformer.cond=adaln"]}
 ov = FAMILY["unet+flow"] if v == "unet" else FAMILY["transformer+flow"] + extra[v]
 f = Path(f"/tmp/probe-{v}.yaml"); f.write_text(OmegaConf.to_yaml(for_store(store, name="robot_dp_14")))
 cfg = load_config(str(f), ov + [f"task.dataset.zarr_path={store}"])
@@ -22,7 +24,8 @@ from dptoolkit.policy import DiffusionPolicy
 dev = torch.device("cuda")
 keys = list(cfg.task.dataset.obs_keys)
 torch.manual_seed(0)
-model = DiffusionPolicy.from_config(cfg, normalizer=Normalizer.from_store(store, [k for k in keys if k != "head_camera"] + ["action"])).to(dev)
+norm = Normalizer.from_store(store, [k for k in keys if k != "head_camera"] + ["action"])
+model = DiffusionPolicy.from_config(cfg, normalizer=norm).to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 B, H, To = 128, cfg.horizon, cfg.n_obs_steps
 hw = tuple(cfg.shape_meta.obs.head_camera)[1:]
@@ -46,9 +49,10 @@ try:
     t = time.perf_counter()
     if v == "regional":   # the observation encoder and the denoiser compiled apart, the loss around them eager
         model.obs_encoder.compile(); model.model.compile()
-        print(f"{v}: regional {run(model, 3):,.0f} samples/s (compile + 23 steps {time.perf_counter() - t:.0f} s)", flush=True)
-        sys.exit()
-    print(f"{v}: compiled {run(torch.compile(model), 3):,.0f} samples/s (compile + 23 steps {time.perf_counter() - t:.0f} s)", flush=True)
+        net = model
+    else: net = torch.compile(model)
+    sps = run(net, 3)
+    print(f"{v}: compiled {sps:,.0f} samples/s (compile + 23 steps {time.perf_counter() - t:.0f} s)", flush=True)
 except Exception as e:
     print(f"{v}: compiled FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
     print("".join(traceback.format_exc().splitlines(keepends=True)[-25:]))

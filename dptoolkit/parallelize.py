@@ -15,8 +15,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import TrainError
 
 # %% auto #0
-__all__ = ['rendezvous', 'cuda_fast_paths', 'compile_wanted', 'compile_backend', 'CompileCheck', 'compile_check',
-           'compile_checked', 'wrap', 'no_sync']
+__all__ = ['rendezvous', 'cuda_fast_paths', 'compile_wanted', 'compile_backend', 'CompileCheck', 'CompiledStepFailed',
+           'compile_check', 'compile_checked', 'wrap', 'no_sync']
 
 # %% ../nbs/05c_parallelize.ipynb #f5bff388
 def _to(batch, device):
@@ -133,6 +133,9 @@ class CompileCheck:
         return (f"loss {self.loss[1]:.6g} compiled vs {self.loss[0]:.6g} eager, grad norm {self.grad_norm[1]:.6g} vs "
                 f"{self.grad_norm[0]:.6g} (largest relative difference {self.err:.2g}, tolerance {self.rtol:g})")
 
+class CompiledStepFailed(RuntimeError):
+    "The compiled model's step raised (its compiler failed, or its code faulted) where the eager one did not."
+
 def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext, rtol=0.02, seed=0) -> CompileCheck:
     """One forward/backward of `eager` and of `compiled` (wrappers of `model`: DDP, `torch.compile`) on the same batch,
     weights and random draws; compares loss and total grad norm. Gradients are dropped after, weights, optimizer and
@@ -142,8 +145,12 @@ def compile_check(model, eager, compiled, batch, autocast=contextlib.nullcontext
     draws = model.draw(batch, g)
     figs = []
     for net in (eager, compiled):
-        with autocast(): loss = net(batch, **draws)
-        loss.backward()
+        try:
+            with autocast(): loss = net(batch, **draws)
+            loss.backward()
+        except Exception as e:   # the model's own errors as they are; the compiled one's marked for `compile_checked`
+            if net is eager: raise
+            raise CompiledStepFailed(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}") from e
         figs += [loss.detach().double(), _grad_norm(list(model.parameters()), None).detach().double()]
         model.zero_grad(set_to_none=True)
     figs = torch.stack(figs)                            # loss eager, norm eager, loss compiled, norm compiled
@@ -165,10 +172,10 @@ def compile_checked(model, net, backend, batch, autocast=contextlib.nullcontext,
     compiled = torch.compile(net, backend=compile_backend(backend))   # after DDP (`wrap`: one graph)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
     try: chk = compile_check(model, net, compiled, batch, autocast, rtol, seed=seed)
-    except Exception as e:   # the compiler failed, or its code faulted: one line naming the way out, not its traceback
+    except CompiledStepFailed as e:   # one line naming the way out, not the compiler's traceback
         model.zero_grad(set_to_none=True)
-        why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
-        if _device_fault(e):   # the process's CUDA context is lost: nothing, eager included, can run in it any more
+        why = str(e)
+        if _device_fault(e.__cause__):   # the CUDA context is lost: nothing, eager included, can run in it any more
             raise TrainError(f"training.compile: the compiled model ({name}, torch {torch.__version__}) faulted on the "
                              f"device in its first step ({why}); the model trains eagerly: use training.compile=false"
                              ) from None
