@@ -1,5 +1,5 @@
 """Shared fixtures: sample stores, a `dpt` runner, and process-tree helpers (psutil)."""
-import atexit, os, shutil, subprocess, sys, tempfile
+import atexit, os, shutil, subprocess, sys, sysconfig, tempfile
 from pathlib import Path
 
 import psutil
@@ -9,6 +9,12 @@ from dptoolkit.store import sample_data
 from dptoolkit.merge import merge
 
 ROOT = Path(__file__).resolve().parent.parent
+# `dpt` in the tests' subprocesses is this interpreter's, whatever else a shell's PATH would find first (issue 64: the
+# set-up's own check, tests/test_setup.py and .ci/run, is what proves the name resolves in a user's shell)
+for _d in (sysconfig.get_path("scripts"), sysconfig.get_path("scripts", f"{os.name}_user")):
+    if (Path(_d) / "dpt").exists():
+        os.environ["PATH"] = _d + os.pathsep + os.environ.get("PATH", "")
+        break
 # the decoded cache of every store a test opens with storage mmap: a folder of this test session, not ~/.cache;
 # the process that made it (pytest, or xdist's controller whose workers inherit it) removes it at exit
 if "DPT_CACHE_DIR" not in os.environ:

@@ -73,3 +73,5 @@ if ! have torchvision; then
 fi
 pip_install -e ".[dev]"
 "$PY" -c "import dptoolkit, torch; import torchvision; print(f'setup: dptoolkit {dptoolkit.__version__} ready (torch {torch.__version__}, torchvision {torchvision.__version__}, cuda={torch.cuda.is_available()})')"
+# the scripts just installed, callable by name in this shell: pyenv's shims made (uv makes none), or the one line to run
+"$PY" tools/on_path.py

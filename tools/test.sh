@@ -10,6 +10,7 @@
 # test waits for the site (DPT_SITE_RC: the build's exit status, written when it ends) while the other worker goes on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}   # the interpreter `make setup` installed into (Makefile: PYTHON)
 bash tools/check_sync.sh
 site=${DPT_SITE:-_site}
 mkdir -p "$site"
@@ -24,7 +25,7 @@ echo "== notebooks (every chapter executed while building the docs site: $docs_l
 # and the timing-sensitive tests below, alone on the machine, measure the default.
 omp_before=${OMP_WAIT_POLICY-unset}
 export OMP_WAIT_POLICY=PASSIVE
-( rc=0; python3 tools/build_docs.py --out "$DPT_SITE" >"$docs_log" 2>&1 || rc=$?
+( rc=0; "$PY" tools/build_docs.py --out "$DPT_SITE" >"$docs_log" 2>&1 || rc=$?
   echo "$rc" > "$DPT_SITE_RC.tmp" && mv "$DPT_SITE_RC.tmp" "$DPT_SITE_RC" ) &
 docs=$!
 trap 'kill $docs 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -34,7 +35,7 @@ trap 'kill $docs 2>/dev/null || true; rm -rf "$tmp"' EXIT
 workers=${DPT_TEST_WORKERS:-2}
 par=(); [ "$workers" != 0 ] && par=(-n "$workers" --dist loadfile)
 rc=0
-python3 -m pytest -q --durations=60 "${par[@]}" -m "not solo" tests "$@" || rc=$?
+"$PY" -m pytest -q --durations=60 "${par[@]}" -m "not solo" tests "$@" || rc=$?
 wait "$docs" || true
 echo "== the docs build (finished beside pytest) =="
 grep -v "Kernel is running over TCP without encryption" "$docs_log" || true
@@ -46,4 +47,4 @@ echo "== pytest: timing-sensitive tests, alone on the machine =="
 # written back now, not by kernel threads while the quiet sweep measures (a fresh-venv CI run here was flagged there)
 sync
 if [ "$omp_before" = unset ]; then unset OMP_WAIT_POLICY; else export OMP_WAIT_POLICY="$omp_before"; fi
-python3 -m pytest -q -m solo tests "$@" || [ $? = 5 ]   # 5: the tests asked for hold none of them
+"$PY" -m pytest -q -m solo tests "$@" || [ $? = 5 ]   # 5: the tests asked for hold none of them
