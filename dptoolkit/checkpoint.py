@@ -13,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
 # %% auto #0
-__all__ = ['TrainError', 'write_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'load_weights', 'lock_run', 'run_holder',
-           'unlock_run', 'trim_log', 'check_run_dir', 'resume_step', 'check_store_shapes', 'check_resume_data',
-           'run_config', 'save_run', 'restore']
+__all__ = ['TrainError', 'write_checkpoint', 'step_tmp', 'latest_checkpoint', 'load_checkpoint', 'is_sharded', 'local',
+           'load_weights', 'lock_run', 'run_holder', 'unlock_run', 'trim_log', 'check_run_dir', 'resume_step',
+           'check_store_shapes', 'check_shards', 'check_resume_shards', 'check_resume_data', 'run_config']
 
 # %% ../nbs/04b_checkpoint.ipynb #afaacdf6
 class TrainError(RuntimeError):
@@ -28,22 +28,19 @@ def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: in
     checkpoint); `model` / `ema` are modules (an `EMA`) or their state dicts; `prepared`: the temporary folder, already
     holding what every rank wrote (an fsdp run's optimizer shards, fsdp chapter)."""
     ck = run_dir / "checkpoints"
-    ck.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
-    tmp = prepared or ck / f".{name}.tmp"
     msd = model if isinstance(model, dict) else model.state_dict()
     esd = ema if ema is None or isinstance(ema, dict) else ema.module.state_dict()
-    if prepared is None:
-        for old in ck.glob(".step_*.tmp"): shutil.rmtree(old, ignore_errors=True)   # this one's, or a killed write's
+    tmp = prepared
     try:
-        if prepared is None: tmp.mkdir()
+        tmp = tmp or step_tmp(run_dir, step)
         save_file({k: v.detach().cpu().contiguous() for k, v in msd.items()}, str(tmp / "model.safetensors"))
         if esd is not None:
             save_file({k: v.detach().cpu().contiguous() for k, v in esd.items()}, str(tmp / "ema.safetensors"))
         torch.save(state, tmp / "state.pt")
         if info is not None: (tmp / "info.json").write_text(json.dumps(info))   # step, training seconds: small
     except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
         need = _tensor_bytes(msd) * (2 if esd is not None else 1) + _tensor_bytes(state)
         free = shutil.disk_usage(ck).free
         full = getattr(e, "errno", None) == errno.ENOSPC or free < need * 1.1
@@ -60,6 +57,17 @@ def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: in
     steps = sorted(p for p in ck.glob("step_*") if p.is_dir())
     for old in steps[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
     return final
+
+def step_tmp(run_dir, step: int) -> Path:
+    """The temporary folder checkpoint `step` is written into before its rename (`checkpoints/.step_N.tmp`), made
+    empty: a killed write's leftovers (any `.step_*.tmp`) go first. Rank 0 makes it; under fsdp every rank then writes
+    its optimizer shard into it."""
+    ck = Path(run_dir) / "checkpoints"
+    ck.mkdir(parents=True, exist_ok=True)
+    for old in ck.glob(".step_*.tmp"): shutil.rmtree(old, ignore_errors=True)
+    tmp = ck / f".step_{step:06d}.tmp"
+    tmp.mkdir()
+    return tmp
 
 def _tensor_bytes(obj) -> int:
     "Bytes of the tensors in a nested dict/list (a checkpoint's size, give or take pickle's framing)."
@@ -108,6 +116,21 @@ def load_checkpoint(path) -> dict:
     return out
 
 # %% ../nbs/04b_checkpoint.ipynb #9cc823af
+def _dtensor():
+    "torch's `DTensor` once `torch.distributed.tensor` is imported (`fully_shard` does), else None (ddp)."
+    import sys
+    return getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+
+def is_sharded(model) -> bool:
+    "True when `model`'s parameters are FSDP2 shards (DTensors)."
+    D = _dtensor()
+    return D is not None and any(isinstance(p, D) for p in model.parameters())
+
+def local(ts) -> list:
+    "Each tensor's local shard (`DTensor.to_local()`, the same storage); plain tensors as they are."
+    D = _dtensor()
+    return list(ts) if D is None else [t.to_local() if isinstance(t, D) else t for t in ts]
+
 def load_weights(model, sd: dict, source):
     """Load `sd` into `model` strictly; `TrainError` naming the first missing, unexpected or mis-shaped key (expected vs
     found)."""
@@ -123,7 +146,6 @@ def load_weights(model, sd: dict, source):
     if extra:
         raise TrainError(f"{source}: holds {extra[0]} (and {len(extra) - 1} more keys) that this model does not have; "
                          "it was saved from a different model")
-    from dptoolkit.fsdp import is_sharded
     if is_sharded(model):   # each rank keeps its shard of the whole tensors (fsdp chapter)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         set_model_state_dict(model, sd, options=StateDictOptions(full_state_dict=True))
@@ -242,14 +264,30 @@ def check_store_shapes(cfg, info):
                          f"[{cfg.shape_meta.action_dim}]")
 
 # %% ../nbs/04b_checkpoint.ipynb #f73cd9a4
+def check_shards(folder, files=()):
+    "`TrainError` naming the first of `files` (what a sharded checkpoint's ranks wrote) missing from `folder`."
+    folder = Path(folder)
+    missing = [f for f in (list(files) or [".metadata"]) if not (folder / f).exists()]
+    if missing:
+        raise TrainError(f"{folder / missing[0]}: missing from the sharded checkpoint (its {len(files) - 1} ranks "
+                         f"wrote {', '.join(files)}); copy the whole checkpoint folder, or resume from an older one "
+                         f"(write its name into {folder.parent.parent / 'latest'})")
+
+def check_resume_shards(where: Path):
+    """Before any process starts: every shard file the checkpoint folder `where` needs is there (`TrainError`); its
+    `state.pt` names them (`optimizer_dcp`, strategy chapter)."""
+    f = Path(where) / "state.pt"
+    try: s = torch.load(f, weights_only=True, map_location="cpu")
+    except Exception: return   # missing or unreadable: `load_checkpoint` says so in one line in the ranks
+    if isinstance(s, dict) and "optimizer_dcp" in s:
+        check_shards(Path(where) / s["optimizer_dcp"]["folder"], s["optimizer_dcp"]["files"])
+
 def check_resume_data(rd: Path, cfg):
     """A resume onto data of other shapes than the run was trained on, or from a sharded checkpoint missing a rank's
     file: `TrainError` naming both stores and the shapes, or the file."""
     from omegaconf import OmegaConf
     f, latest = Path(rd) / "config.yaml", Path(rd) / "checkpoints" / "latest"
-    if latest.exists():   # an fsdp run's checkpoint: every rank's optimizer shard is there (fsdp chapter)
-        from dptoolkit.fsdp import check_resume_shards
-        check_resume_shards(latest_checkpoint(rd))
+    if latest.exists(): check_resume_shards(latest_checkpoint(rd))   # every rank's optimizer shard is there
     if not (f.exists() and latest.exists()): return
     old = OmegaConf.load(f)
     was = dict(old.shape_meta.obs or {}, action=[old.shape_meta.action_dim])
@@ -278,77 +316,3 @@ def _last_good(run_dir, lr) -> str:
         return (f"The last good checkpoint, {ck.parent / ck.read_text().strip()}, stays 'latest': resume from it with "
                 f"a lower learning rate (dpt train --resume ... optimizer.lr={lr / 10:g}).")
     return f"No checkpoint was written before; start again with a lower learning rate (optimizer.lr={lr / 10:g})."
-
-@torch.no_grad()
-def _params_finite(model, ema) -> bool:
-    """True when every weight (model and EMA) is finite: one device-to-host read, made only before a checkpoint. FSDP:
-    each rank checks its shards and all agree."""
-    from dptoolkit.fsdp import is_sharded, local
-    ts = local([p for p in model.parameters()] + ([p for p in ema.module.parameters()] if ema is not None else []))
-    ok = torch.stack([torch.isfinite(t).all() for t in ts]).all().float().reshape(1)
-    if is_sharded(model) and dist.is_initialized(): dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    return bool(ok.item())
-
-# %% ../nbs/04b_checkpoint.ipynb #54f5387f
-def save_run(R):
-    "A checkpoint at `R.step` (every rank's noise stream gathered; rank 0 writes); never one of non-finite weights."
-    R.beat.phase = "save"
-    if R.T.on_nonfinite == "stop" and not _params_finite(R.model, R.ema):
-        raise TrainError(f"step {R.step}: the model's weights are not finite (training diverged); "
-                         "no checkpoint was written. " + _last_good(R.run_dir, R.p.lr))
-    states = [R.gen.get_state()]
-    if R.distributed:
-        states = [None] * R.world
-        dist.all_gather_object(states, R.gen.get_state())
-    model, ema, opt, tmp = R.model, R.ema, dict(optimizer=R.opt.state_dict()) if R.is_main else None, None
-    if getattr(R, "strategy", "ddp") == "fsdp":   # every rank writes its optimizer shard (fsdp chapter)
-        from dptoolkit.fsdp import save_sharded
-        model, ema, files, tmp = save_sharded(R)
-        opt = dict(optimizer_dcp=dict(folder="optimizer", files=files))
-    if R.is_main:
-        state = dict(**opt, scheduler=R.sched.state_dict(),
-                     scaler=R.scaler.state_dict() if R.scaler else {},
-                     step=R.step, epoch=R.epoch, step_in_epoch=R.step_in_epoch, world_size=R.world, noise_rng=states,
-                     torch_rng=torch.get_rng_state(), ema_n_averaged=int(R.ema.n_averaged) if R.ema is not None else 0,
-                     grad_norm_ref=R.gref)
-        info = dict(step=R.step, epoch=R.epoch, train_s=R.train_s0 + time.perf_counter() - R.W.t_start - R.W.val_s)
-        write_checkpoint(R.run_dir, R.step, model, ema, state, int(R.T.keep_checkpoints), info, prepared=tmp)
-
-# %% ../nbs/04b_checkpoint.ipynb #ffc6487f
-def restore(R, schedule):
-    """Resume from `checkpoints/latest`: weights (and EMA); then, where the checkpoint has them, the optimizer, the LR
-    schedule rebuilt at the saved step through its public API (with this run's learning rate: a resume after divergence
-    may lower it; `schedule(last_epoch)` builds it), the grad scaler, the data position, the EMA count and the
-    random streams. An imported checkpoint without an optimizer starts at step 0; one with RoboTwin's optimizer goes
-    on from its global step."""
-    where = latest_checkpoint(R.run_dir)
-    ck = load_checkpoint(where)
-    if (where / "info.json").exists(): R.train_s0 = float(json.loads((where / "info.json").read_text())["train_s"])
-    load_weights(R.model, ck["model"], where / "model.safetensors")
-    if R.ema is not None:
-        load_weights(R.ema.module, ck["ema"] if ck["ema"] is not None else ck["model"], where / "ema.safetensors")
-    s, ours = ck["state"], "scheduler" in ck["state"]
-    if "optimizer" not in s and "optimizer_dcp" not in s:   # an imported checkpoint (interop): weights only, step 0
-        if R.ema is not None: R.ema.n_averaged = 1
-        return
-    flags = [(g.get("fused"), g.get("foreach")) for g in R.opt.param_groups]
-    from dptoolkit.fsdp import restore_optimizer
-    restore_optimizer(R, s, where)   # whole, or DCP shards onto this run's strategy and world size (fsdp chapter)
-    for g, (fu, fe) in zip(R.opt.param_groups, flags):   # this machine's kernels; the base LR of this run's schedule
-        g["fused"], g["foreach"] = fu, fe
-        if ours: g["initial_lr"] = R.p.lr
-        else: g.setdefault("initial_lr", R.p.lr)
-    R.step, R.epoch = int(s["step"]), int(s["epoch"])
-    old = s["scheduler"]["base_lrs"][0] if ours else R.p.lr
-    if old != R.p.lr and R.is_main:
-        print(f"resume: learning rate {old:g} → {R.p.lr:g} (the schedule continues at step {R.step})", flush=True)
-    R.sched = schedule(R.step - 1)
-    if R.scaler is not None and s.get("scaler"): R.scaler.load_state_dict(s["scaler"])
-    R.skip_steps, R.gref = int(s.get("step_in_epoch", 0)), s.get("grad_norm_ref")
-    if R.ema is not None: R.ema.n_averaged = int(s["ema_n_averaged"]) if ours else max(1, R.step)
-    if ours and int(s["world_size"]) == R.world: R.gen.set_state(s["noise_rng"][R.rank])
-    else: R.gen.manual_seed(R.T.seed * 1000 + R.rank + 7919 * R.step)   # new world size: fresh, still seeded, streams
-    if "torch_rng" in s: torch.set_rng_state(s["torch_rng"])
-    if not ours and R.is_main:
-        print(f"resume: imported checkpoint at global step {R.step}, epoch {R.epoch}, with its optimizer state",
-              flush=True)

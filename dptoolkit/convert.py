@@ -14,14 +14,15 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
+from .launch import die_with_parent   # the ground floor's (launch chapter)
 from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store,
                              validate)
 
 
 # %% auto #0
 __all__ = ['FRAME_CODEC', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
-           'put_chunk', 'die_with_parent', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'lerobot_stats',
-           'image_stats', 'aggregate_stats', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
+           'put_chunk', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'lerobot_stats', 'image_stats',
+           'aggregate_stats', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
 
 # %% ../nbs/01b_convert.ipynb #a86937db
 class ConvertError(ValueError):
@@ -200,15 +201,6 @@ def _write_chunk(array_path, k, chunk_steps, reader, parts, shape):
 
 
 # %% ../nbs/01b_convert.ipynb #4507b3da
-def die_with_parent(parent: int):
-    """Linux: this process gets SIGKILL when its parent ends (`PR_SET_PDEATHSIG`), so a worker pool whose parent was
-    killed (SIGKILL: no cleanup runs) leaves nothing running; exits now if the parent is already gone."""
-    if not sys.platform.startswith("linux"): return
-    import ctypes, signal
-    try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError): return
-    if os.getppid() != parent: os._exit(1)
-
 def _worker_start(parent: int):
     "Pool initializer: die with the parent (`die_with_parent`), keep freed memory (`_keep_freed_memory`)."
     die_with_parent(parent)

@@ -53,14 +53,14 @@ def rollout_cores(cfg) -> int:
 # %% ../nbs/05a_cores.ipynb #0e6109a0
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3    # glibc's mallopt parameters (malloc.h)
 
-def keep_freed_memory(T=None) -> bool:
+def keep_freed_memory(T=None, auto: bool = False) -> bool:
     """Ask glibc to keep freed memory for this process's next allocations (blocks up to 1 GiB from the heap, the heap
-    never trimmed) when `training.cpu_keep_freed_memory` is true, or `auto` (the default) with `training.strategy:
-    fsdp`; never where the user set an allocator (`MALLOC_*_`, `GLIBC_TUNABLES`, `LD_PRELOAD`) or the C library is
-    not glibc. True when set."""
+    never trimmed) when `training.cpu_keep_freed_memory` is true, or `auto` (the default) and `auto` is (the run's
+    strategy keeps freed memory: fsdp, strategy chapter); never where the user set an allocator (`MALLOC_*_`,
+    `GLIBC_TUNABLES`, `LD_PRELOAD`) or the C library is not glibc. True when set."""
     if T is not None:
         want = OmegaConf.select(T, "cpu_keep_freed_memory", default="auto")
-        if want is False or (want == "auto" and OmegaConf.select(T, "strategy", default="ddp") != "fsdp"): return False
+        if want is False or (want == "auto" and not auto): return False
     if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ) or os.environ.get("GLIBC_TUNABLES") \
             or os.environ.get("LD_PRELOAD"): return False
     import ctypes, platform

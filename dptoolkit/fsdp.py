@@ -10,13 +10,12 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
-from .checkpoint import TrainError
+from .checkpoint import TrainError, check_shards, is_sharded, local, step_tmp   # the run folder's (checkpoint chapter)
 
 # %% auto #0
-__all__ = ['shard_units', 'is_sharded', 'local', 'one_rank_group', 'shard_model', 'PairwiseAllGather', 'PairwiseReduceScatter',
-           'checkpoint_activations', 'rank_bytes', 'memory_plan', 'bytes_line', 'strategy', 'same_as_rank0', 'shard',
-           'memory_warning', 'full_state', 'save_optimizer', 'check_shards', 'load_optimizer', 'optimizer_from_ids',
-           'save_sharded', 'check_resume_shards', 'restore_optimizer']
+__all__ = ['shard_units', 'one_rank_group', 'shard_model', 'PairwiseAllGather', 'PairwiseReduceScatter', 'checkpoint_activations',
+           'rank_bytes', 'memory_plan', 'bytes_line', 'same_as_rank0', 'full_state', 'save_optimizer', 'load_optimizer',
+           'optimizer_from_ids', 'save_sharded']
 
 # %% ../nbs/05f_fsdp.ipynb #4d455b18
 _CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict)
@@ -37,21 +36,6 @@ def shard_units(model) -> list:
     return out
 
 # %% ../nbs/05f_fsdp.ipynb #9ac28a5a
-def _dtensor():
-    "torch's `DTensor` once `torch.distributed.tensor` is imported (`fully_shard` does), else None (ddp)."
-    import sys
-    return getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-
-def is_sharded(model) -> bool:
-    "True when `model`'s parameters are FSDP2 shards (DTensors)."
-    D = _dtensor()
-    return D is not None and any(isinstance(p, D) for p in model.parameters())
-
-def local(ts) -> list:
-    "Each tensor's local shard (`DTensor.to_local()`, the same storage); plain tensors as they are."
-    D = _dtensor()
-    return list(ts) if D is None else [t.to_local() if isinstance(t, D) else t for t in ts]
-
 def _first_line(e) -> str:
     return next((l.strip() for l in str(e).splitlines() if l.strip()), type(e).__name__)
 
@@ -163,10 +147,6 @@ def bytes_line(b: dict) -> str:
             + (f" + {_mb(b['ema'])} EMA" if b["ema"] else "") + " per rank")
 
 # %% ../nbs/05f_fsdp.ipynb #732628a3
-def strategy(cfg) -> str:
-    "`training.strategy`: ddp (also for configs written before it existed) or fsdp."
-    return OmegaConf.select(cfg, "training.strategy", default="ddp") or "ddp"
-
 @torch.no_grad()
 def same_as_rank0(model):
     """Rank 0's weights and buffers on every rank (each rank initialised its own): DDP broadcasts them when it wraps a
@@ -174,38 +154,6 @@ def same_as_rank0(model):
     if dist.is_initialized() and dist.get_world_size() > 1:
         for t in model.state_dict().values(): dist.broadcast(t, 0)
 
-def shard(R):
-    "`training.activation_checkpointing` and `training.strategy: fsdp` on the rank's model and EMA (`_build`)."
-    R.strategy = strategy(R.cfg)
-    if OmegaConf.select(R.T, "activation_checkpointing", default=False):
-        for m in [R.model] + ([R.ema.module] if R.ema is not None else []): checkpoint_activations(m)
-    if R.strategy == "fsdp":
-        bf16 = R.use_cuda and R.T.mixed_precision in ("auto", "bf16")
-        for m in [R.model] + ([R.ema.module] if R.ema is not None else []):
-            same_as_rank0(m)
-            shard_model(m, R.device.type, torch.bfloat16 if bf16 else None,
-                        OmegaConf.select(R.T, "fsdp_reshard", default=True),
-                        OmegaConf.select(R.T, "fsdp_cpu_collectives", default="pairwise"))
-    R.memory = rank_bytes(R.model, R.ema)
-
-# %% ../nbs/05f_fsdp.ipynb #d1f42663
-def memory_warning(cfg, world_size: int, device_bytes: int, policy=None) -> str | None:
-    """A sentence when the policy's parameters, gradients, AdamW and EMA under `cfg`'s strategy take more than 90 % of
-    `device_bytes` per device (`memory_plan`; the policy built on the meta device), with what would fit; else None."""
-    from dptoolkit.protocol import build_policy
-    try:
-        with torch.device("meta"): m = build_policy(cfg, policy=policy)
-    except Exception: return None   # a policy that cannot be built on the meta device: not estimated
-    n = sum(p.numel() for p in m.parameters())
-    big = max((sum(p.numel() for p in u.parameters()) for u in shard_units(m)), default=0)
-    est, s = memory_plan(n, world_size, bool(cfg.ema.enable), big), strategy(cfg)
-    if est[s] <= 0.9 * device_bytes: return None
-    gb = lambda b: f"{b / 1e9:.1f} GB"
-    fix = (f"training.strategy=fsdp needs ~{gb(est['fsdp'])} at world {world_size}" if s == "ddp"
-           else "more ranks shard it thinner")
-    return (f"{s}: ~{gb(est[s])} per device for the {n / 1e6:.0f} M parameters' weights, gradients, AdamW and EMA "
-            f"before any activation; the GPU holds {gb(device_bytes)}: {fix} (training.activation_checkpointing=true "
-            "saves activations)")
 
 # %% ../nbs/05f_fsdp.ipynb #182cac7b
 def full_state(module) -> dict:
@@ -222,15 +170,6 @@ def save_optimizer(model, opt, folder) -> list:
     dcp.save({"optimizer": get_optimizer_state_dict(model, opt)}, checkpoint_id=str(folder))
     world = dist.get_world_size() if dist.is_initialized() else 1
     return [".metadata"] + [f"__{r}_0.distcp" for r in range(world)]
-
-def check_shards(folder, files=()):
-    "`TrainError` naming the first of `files` (what `save_optimizer` wrote) missing from `folder`."
-    folder = Path(folder)
-    missing = [f for f in (list(files) or [".metadata"]) if not (folder / f).exists()]
-    if missing:
-        raise TrainError(f"{folder / missing[0]}: missing from the sharded checkpoint (its {len(files) - 1} ranks "
-                         f"wrote {', '.join(files)}); copy the whole checkpoint folder, or resume from an older one "
-                         f"(write its name into {folder.parent.parent / 'latest'})")
 
 def load_optimizer(model, opt, folder, files=()):
     """The state `save_optimizer` wrote, into `opt` over `model` as it is now (sharded at any world size, or whole):
@@ -263,27 +202,9 @@ def optimizer_from_ids(model, opt, sd: dict):
 def save_sharded(R) -> tuple:
     """Every rank: the optimizer shards into `checkpoints/.step_N.tmp/optimizer`; rank 0 gets the full model and EMA
     state dicts. Returns (model state, EMA state, optimizer files, the temporary folder)."""
-    ck = R.run_dir / "checkpoints"
-    tmp = ck / f".step_{R.step:06d}.tmp"
-    if R.is_main:
-        import shutil
-        for old in ck.glob(".step_*.tmp"): shutil.rmtree(old, ignore_errors=True)   # a killed write's
-        tmp.mkdir(parents=True)
+    tmp = R.run_dir / "checkpoints" / f".step_{R.step:06d}.tmp"
+    if R.is_main: step_tmp(R.run_dir, R.step)   # empty, a killed write's leftovers gone
     if dist.is_initialized(): dist.barrier()
     files = save_optimizer(R.model, R.opt, tmp / "optimizer")
     return full_state(R.model), full_state(R.ema.module) if R.ema is not None else None, files, tmp
 
-def check_resume_shards(where: Path):
-    "Before any process starts: every shard file the checkpoint folder `where` needs is there (`TrainError`)."
-    f = Path(where) / "state.pt"
-    try: s = torch.load(f, weights_only=True, map_location="cpu")
-    except Exception: return   # missing or unreadable: `load_checkpoint` says so in one line in the ranks
-    if isinstance(s, dict) and "optimizer_dcp" in s:
-        check_shards(Path(where) / s["optimizer_dcp"]["folder"], s["optimizer_dcp"]["files"])
-
-def restore_optimizer(R, s: dict, where: Path):
-    "The optimizer state of checkpoint `where` (its `state.pt` is `s`) into this rank's optimizer, any strategy."
-    if "optimizer_dcp" in s:
-        load_optimizer(R.model, R.opt, where / s["optimizer_dcp"]["folder"], s["optimizer_dcp"]["files"])
-    elif is_sharded(R.model): optimizer_from_ids(R.model, R.opt, s["optimizer"])
-    else: R.opt.load_state_dict(s["optimizer"])

@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'worker_pool', 'Heartbeat', 'StallWatch', 'watch_in_rank',
-           'launch', 'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
+__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'worker_pool', 'die_with_parent', 'Heartbeat', 'StallWatch',
+           'watch_in_rank', 'launch', 'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
 
 # %% ../nbs/06_launch.ipynb #aa8bad2a
 class LaunchError(RuntimeError):
@@ -338,8 +338,16 @@ def worker_pool(workers: int, initializer=None, initargs=()):
                                   initargs=(parent, dict(os.environ), os.getcwd(), list(sys.path), initializer,
                                             tuple(initargs)))
 
+def die_with_parent(parent: int):
+    """Linux: this process gets SIGKILL when its parent ends (`PR_SET_PDEATHSIG`), so a worker pool whose parent was
+    killed (SIGKILL: no cleanup runs) leaves nothing running; exits now if the parent is already gone."""
+    if not sys.platform.startswith("linux"): return
+    import ctypes, signal
+    try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError): return
+    if os.getppid() != parent: os._exit(1)
+
 def _pool_worker(parent: int, env: dict, cwd: str, path: list, initializer, initargs):
-    from dptoolkit.convert import die_with_parent
     die_with_parent(parent)
     # a forkserver child holds the pipe whose closing ends the server: a worker does not keep its server (and so
     # itself) alive past the pool's owner (a spawned worker holds none)

@@ -169,7 +169,7 @@ def log_step(R, W, stop, val_due):
     stall = _cpu_stall_s()
     if stall is not None and W.stall is not None: rec["cpu_pressure"] = min(1.0, (stall - W.stall) / wall)
     if W.tasks > 1: rec["task_windows"] = {name: int(v) for name, v in zip(R.tasks, w[-W.tasks:])}
-    if val_due and (R.is_main or _sharded(R)):   # validation time is kept out of both timing windows (and train_s)
+    if val_due and (R.is_main or R.strategy.sharded):   # validation time: out of both timing windows (and train_s)
         t_val = time.perf_counter()
         R.beat.phase = "val"
         rec["val_loss"] = _val_loss(R.ema.module if R.ema is not None else R.model, R.val_ds, R.p.per_device_batch,
@@ -188,10 +188,6 @@ def log_step(R, W, stop, val_due):
         R.stopping = stop.received or (R.is_main and _stop_request(R.run_dir)) or "a stop request on another rank"
     R.last_log = rec
     W.reset()
-
-def _sharded(R) -> bool:
-    "An fsdp run: every rank takes part in a forward pass of the model (validation too)."
-    return getattr(R, "strategy", "ddp") == "fsdp"
 
 # %% ../nbs/05d_metrics.ipynb #a932123e
 @torch.no_grad()
@@ -229,7 +225,7 @@ def _open_run(R, resume):
                     plan=p.__dict__,
                     precision=R.precision, versions=_versions(), resumed_from=R.step if resume else None,
                     compile=R.compiled, cuda_fast_paths=R.fast or None, mixture=R.mixture,
-                    strategy=getattr(R, "strategy", "ddp"), rank_bytes=getattr(R, "memory", None))
+                    strategy=R.strategy.name, rank_bytes=getattr(R, "memory", None))
         (rd / "config.yaml").write_text(OmegaConf.to_yaml(R.cfg) + "\n# run\n"
                                         + OmegaConf.to_yaml(OmegaConf.create({"run": meta})))
         R.log_f = open(rd / "logs.jsonl", "a", buffering=1)
@@ -238,7 +234,7 @@ def _open_run(R, resume):
               f"{backend or 'none'} | batch {p.per_device_batch}/device × {R.world} × accum {p.grad_accum} = "
               f"{p.effective_batch} | lr {p.lr:g} ({p.lr_scaling} ×{p.lr_factor:g}) | {R.precision}"
               + (f" + {R.fast}" if R.fast else "")
-              + f" | {R.compiled} | {_strategy_words(R)} | steps {R.step}→{R.total} | "
+              + f" | {R.compiled} | {R.strategy.words(R)} | steps {R.step}→{R.total} | "
               + (f"{torch.get_num_threads()} thread(s)/rank × {R.world} on {_cores()} cores | " if not R.use_cuda
                  else "")
               + f"{len(R.train_ds)} windows" + (f" ({ds.skipped} episodes shorter than a window skipped)" if ds.skipped
@@ -250,13 +246,6 @@ def _open_run(R, resume):
     R.rollouts = start_rollouts(R)     # rank 0, eval.rollout_every: the watcher beside the ranks
     if R.distributed: dist.barrier()   # rank 0 refused or created the folder before anyone trains
 
-def _strategy_words(R) -> str:
-    "The banner's strategy: ddp or fsdp, and this rank's bytes of parameters, gradients, AdamW and EMA."
-    from dptoolkit.fsdp import bytes_line
-    s = getattr(R, "strategy", "ddp") + (" + activation checkpointing"
-                                          if OmegaConf.select(R.T, "activation_checkpointing", default=False) else "")
-    return s + (f" ({bytes_line(R.memory)})" if getattr(R, "memory", None) else "")
-
 # %% ../nbs/05d_metrics.ipynb #13a9aaef
 def _finish(R, W) -> dict | None:
     "After the last step: rank 0 writes result.json (with the EMA model's validation loss) and releases the folder."
@@ -267,7 +256,7 @@ def _finish(R, W) -> dict | None:
               "--resume)", flush=True)
     success = finish_rollouts(R, wait=R.step >= R.total and not R.stopping)
     val_ema = None
-    if len(R.val_ds) and R.ema is not None and (R.is_main or _sharded(R)):
+    if len(R.val_ds) and R.ema is not None and (R.is_main or R.strategy.sharded):
         val_ema = _val_loss(R.ema.module, R.val_ds, R.p.per_device_batch, R.device, R.autocast, R.T.seed)
     if R.is_main:
         last = R.last_log

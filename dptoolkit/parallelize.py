@@ -210,19 +210,12 @@ def _compile(cfg, model, net, train_ds, batch_size, device, autocast, precision,
 
 # %% ../nbs/05c_parallelize.ipynb #6c4bc586
 def wrap(R):
-    """DDP (no per-step buffer broadcast unless the model has BatchNorm statistics; not under fsdp, whose model
-    `shard` made already), CUDA fast paths, torch.compile."""
-    R.net = R.model
-    if R.distributed and R.world > 1 and getattr(R, "strategy", "ddp") != "fsdp":
-        # buffers here are the normalizer's constants, equal on every rank: broadcasting them before each forward (DDP's
-        # default) would add a collective per step; models with BatchNorm statistics keep it
-        bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in R.model.modules())
-        R.net = DDP(R.net, device_ids=[R.device.index] if R.use_cuda else None,
-                    find_unused_parameters=R.cfg.ddp.find_unused_parameters,
-                    bucket_cap_mb=R.cfg.ddp.bucket_cap_mb, **_buffer_sync(bn))
-        if compile_wanted(R.T, R.device):   # one graph, not pieces chained by guessed strides (above)
-            import torch._dynamo as dynamo
-            dynamo.config.optimize_ddp = False
+    """The strategy's wrapper (`R.strategy.wrap`, strategy chapter: DDP at world ≥ 2; nothing under fsdp, whose model is
+    sharded already), CUDA fast paths, torch.compile."""
+    R.net = R.strategy.wrap(R)
+    if isinstance(R.net, DDP) and compile_wanted(R.T, R.device):   # one graph, not pieces chained by guessed strides
+        import torch._dynamo as dynamo
+        dynamo.config.optimize_ddp = False
     R.fast = cuda_fast_paths(R.T, R.device)
     R.net, R.compiled = _compile(R.cfg, R.model, R.net, R.train_ds, R.p.per_device_batch, R.device, R.autocast,
                                  R.precision, R.is_main)
@@ -231,11 +224,4 @@ def no_sync(R, last: bool):
     """The loop's accumulation: before the last micro-batch of a step, gradients stay local — DDP's `no_sync`, FSDP2's
     `set_requires_gradient_sync(False)`; the last one reduces them."""
     if last or not R.distributed: return contextlib.nullcontext()
-    if getattr(R, "strategy", "ddp") == "fsdp": return _fsdp_no_sync(R.model)
-    return R.net.no_sync() if R.world > 1 else contextlib.nullcontext()
-
-@contextlib.contextmanager
-def _fsdp_no_sync(model):
-    model.set_requires_gradient_sync(False)
-    try: yield
-    finally: model.set_requires_gradient_sync(True)
+    return R.strategy.no_sync(R)   # DDP's no_sync, FSDP2's gradient sync switched off (strategy chapter)

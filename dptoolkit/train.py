@@ -18,7 +18,7 @@ from .dataset import (ResumableSampler, SequenceDataset, _identity, check_mixtur
                                run_storage)
 from .normalize import Normalizer
 from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, latest_checkpoint,
-                                  load_checkpoint, load_weights, lock_run, restore, resume_step, save_run, unlock_run)
+                                  load_checkpoint, load_weights, lock_run, resume_step, unlock_run)
 from .launch import Heartbeat, LaunchError, launch, launched, watch_in_rank
 from .policy import DiffusionPolicy, offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
@@ -26,7 +26,8 @@ from .store import describe
 # the rooms the loop uses (their public names are importable from here too, as before the split)
 from .cores import (cpu_threads, fair_threads, keep_freed_memory, other_ranks, register_rank, reshare_threads,
                              rollout_cores, unregister_rank)
-from .fsdp import local, shard
+from .checkpoint import local
+from .strategy import memory_warning, restore, save_run, strategy_for
 from .guards import StopSignal
 from .metrics import Trackers, _finish, _open_run, _Window, log_step, strict_json
 from .parallelize import (CompileCheck, _amp, _grad_norm, _to, compile_backend, compile_check, compile_checked,
@@ -137,7 +138,8 @@ def _rank_setup(cfg) -> _Run:
         n, share = fair_threads(T, int(os.environ.get("LOCAL_WORLD_SIZE", world)), rollout_cores(cfg), _run_dir(cfg))
         torch.set_num_threads(n)
         register_rank(_run_dir(cfg), n)
-    if not use_cuda: keep_freed_memory(T)   # big tensors reuse freed memory instead of page-faulting every step
+    strategy = strategy_for(cfg)   # ddp or fsdp: the one object every step below asks (strategy chapter)
+    if not use_cuda: keep_freed_memory(T, strategy.keeps_freed_memory)   # big tensors: freed memory reused, no faults
     torch.manual_seed(T.seed + rank)
     np.random.seed((T.seed + rank) % 2**32)
     if T.deterministic:
@@ -148,7 +150,7 @@ def _rank_setup(cfg) -> _Run:
     # every: eval.rollout_every
     return _Run(cfg=cfg, T=T, rank=rank, world=world, is_main=rank == 0, device=device, use_cuda=use_cuda,
                 distributed=distributed, p=make_plan(cfg, world), run_dir=_run_dir(cfg), step=0, epoch=0, skip_steps=0,
-                gref=None, stopping=None, train_s0=0.0, rollouts=None, share=share,
+                gref=None, stopping=None, train_s0=0.0, rollouts=None, share=share, strategy=strategy,
                 every=OmegaConf.select(cfg, "eval.rollout_every", default=None))
 
 # %% ../nbs/05_train.ipynb #e2d82e66
@@ -176,7 +178,7 @@ def _build(R, policy=None):
                                 offsets=offset_specs(cfg))
     R.model = build_policy(cfg, normalizer=norm, policy=policy).to(R.device)   # the protocol chapter's policy
     R.ema = make_ema(R.model, cfg.ema) if cfg.ema.enable else None
-    shard(R)   # training.strategy: fsdp, activation checkpointing (fsdp chapter): before the optimizer holds parameters
+    R.strategy.prepare(R)   # activation checkpointing, fsdp's shards (strategy chapter): before the optimizer exists
     R.params = list(R.model.parameters())
     wd = cfg.optimizer.weight_decay
     groups = R.model.param_groups(wd) if hasattr(R.model, "param_groups") else R.params
@@ -420,8 +422,7 @@ def _by_value_only(cls, policy, wait, cfg):
                                f"path for {other}; move it into a module (policy._target_: package.module.Class)")
 
 def _memory_note(cfg, dev, policy):
-    "On GPUs: a warning when the model state alone would not fit one (fsdp chapter's `memory_warning`)."
-    from dptoolkit.fsdp import memory_warning
+    "On GPUs: a warning when the model state alone would not fit one (strategy chapter's `memory_warning`)."
     w = memory_warning(cfg, dev.nprocs, torch.cuda.get_device_properties(dev.ids[0] if dev.ids else 0).total_memory,
                        policy)
     if w: print(f"train: warning: {w}", flush=True)

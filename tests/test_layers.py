@@ -1,0 +1,100 @@
+"""Issue 65: the house's shape, read from the code. Every `import` of ours in dptoolkit/ (lazy ones inside functions
+too: the checkpoint ↔ fsdp circle was made of those) forms a graph that must have no cycle, whose ground floor imports
+nothing of ours above it, whose data rooms never reach the model side; and run folders written before the strategy
+object keep resuming."""
+import ast, shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, dpt
+
+PKG = ROOT / "dptoolkit"
+GROUND = {"store", "launch", "report", "stats"}          # import nothing of ours (DESIGN.md: the ground floor)
+DATA = {"merge", "convert", "config", "cache", "normalize", "dataset"}
+MODEL = {"protocol", "policy", "objective", "flow", "ddpm", "transformer", "fsdp", "strategy", "train", "evaluate", "sim",
+         "interop", "rl"}
+BELOW_ALL = {"checkpoint": {"store"}}                    # the run-folder format: files, lock, atomic writes, keep-K
+
+
+def imports():
+    "{room: {rooms it imports}}, lazy imports included; `from . import x` and `import dptoolkit.x` alike."
+    g = {}
+    for p in sorted(PKG.glob("*.py")):
+        if p.stem in ("_modidx", "__init__"): continue
+        deps = set()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom):
+                mod = n.module or ""
+                if n.level == 0 and not mod.startswith("dptoolkit"): continue
+                mod = mod.removeprefix("dptoolkit").lstrip(".")
+                deps |= {mod.split(".")[0]} if mod else {a.name for a in n.names}
+            elif isinstance(n, ast.Import):
+                deps |= {a.name.split(".")[1] for a in n.names if a.name.startswith("dptoolkit.")}
+        g[p.stem] = {d for d in deps if d and d != p.stem and (PKG / f"{d}.py").exists()}
+    return g
+
+
+def cycles(g):
+    "Every cycle's rooms (Tarjan's strongly connected components of more than one room)."
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+    def visit(v):
+        index[v] = low[v] = n[0]; n[0] += 1; stack.append(v); on.add(v)
+        for w in g.get(v, ()):
+            if w not in index: visit(w); low[v] = min(low[v], low[w])
+            elif w in on: low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop(); on.discard(w); comp.append(w)
+                if w == v: break
+            if len(comp) > 1: out.append(sorted(comp))
+    for v in sorted(g):
+        if v not in index: visit(v)
+    return out
+
+
+def test_the_graph_is_read():
+    g = imports()
+    assert "train" in g and {"config", "dataset"} <= g["train"], g.get("train")   # the reader sees what is there
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]          # and the cycle finder finds one
+
+
+def test_no_circle():
+    assert cycles(imports()) == []
+
+
+def test_ground_floor_imports_nothing_above_it():
+    g = imports()
+    bad = {r: sorted(g[r] - GROUND) for r in GROUND if r in g and g[r] - GROUND}
+    assert not bad, f"ground-floor rooms importing rooms above them: {bad}"
+
+
+def test_checkpoint_keeps_the_format_only():
+    g = imports()
+    bad = {r: sorted(g[r] - ok) for r, ok in BELOW_ALL.items() if g[r] - ok - GROUND}
+    assert not bad, bad
+
+
+def test_no_data_room_reaches_the_model():
+    g = imports()
+    def reach(r, seen):
+        for d in g.get(r, ()):
+            if d not in seen: seen.add(d); reach(d, seen)
+        return seen
+    bad = {r: sorted(reach(r, set()) & MODEL) for r in DATA if reach(r, set()) & MODEL}
+    assert not bad, f"data rooms that reach the model side: {bad}"
+
+
+@pytest.mark.parametrize("strategy,nprocs", [("ddp", 1), ("fsdp", 1)])
+def test_a_run_written_before_the_strategy_object_resumes(tmp_path, strategy, nprocs):
+    "tests/data/runs_0.1.0 (its make.sh): written at 76abf79; resumed here, an fsdp one also at another world size."
+    src = "ddp" if strategy == "ddp" else "fsdp"
+    run = tmp_path / src
+    shutil.copytree(ROOT / "tests" / "data" / "runs_0.1.0" / src, run)
+    r = dpt("train", "--config", "test", "--data", ROOT / "data" / "tasks" / "beat_block_hammer.zarr", "--out", run,
+            "--resume", "--nprocs", nprocs, "--no-progress", "training.max_steps=6", f"training.strategy={strategy}",
+            "policy.down_dims=[16,32]", "policy.diffusion_step_embed_dim=16", "training.keep_checkpoints=1",
+            timeout=300, check=0)
+    assert "steps 4→6" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+    assert (run / "checkpoints" / "step_000006" / "model.safetensors").exists()
