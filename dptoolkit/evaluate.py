@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_evaluate.ipynb #68c6f124
 from __future__ import annotations
-import json, time
+import contextlib, json, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,11 +14,10 @@ import torch
 from fastcore.basics import patch
 
 from .dataset import SequenceDataset, config_storage
-from .policy import DiffusionPolicy   # first: it makes the diffusers import fork-safe (policy chapter)
+from .objective import Objective
+from .policy import DiffusionPolicy
 from .protocol import predict
 from .store import describe
-from diffusers.schedulers.scheduling_ddim import DDIMScheduler
-from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 
 # %% auto #0
 __all__ = ['EvalError', 'load_policy', 'EvalResult', 'evaluate']
@@ -137,19 +136,14 @@ def _windows(ds: SequenceDataset, stride: int, max_windows: int, task: int | Non
 
 def _sampler(policy, sampler, steps):
     "(scheduler or None, steps, name): DDPM / DDIM for the DDPM objective; a flow or other policy samples its own way."
-    if getattr(policy, "objective", None) != "ddpm" or not hasattr(policy, "sample_scheduler"):
-        own = "euler" if getattr(policy, "objective", None) == "flow" else "own"
-        if sampler not in (None, own):
-            raise EvalError(f"sampler={sampler!r}: this policy samples with {own} steps (objective "
-                            f"{getattr(policy, 'objective', type(policy).__name__)}); leave sampler unset")
-        return None, steps or getattr(policy, "num_inference_steps", None), own
-    cfg = policy.noise_scheduler.config
-    if sampler is None:   # what the run trains with and deploys: its config's sampler and number of steps
-        sampler = "ddim" if isinstance(policy.sample_scheduler, DDIMScheduler) else "ddpm"
-        steps = steps or policy.num_inference_steps
-    if sampler == "ddim": return DDIMScheduler.from_config(cfg), int(steps or 10), sampler
-    if sampler == "ddpm": return DDPMScheduler.from_config(cfg), int(steps or policy.num_inference_steps), sampler
-    raise EvalError(f"sampler={sampler!r}: expected 'ddim' or 'ddpm'")
+    obj, own_steps = getattr(policy, "objective", None), getattr(policy, "num_inference_steps", None)
+    if not isinstance(obj, Objective):   # another policy on the contract samples its own way
+        if sampler not in (None, "own"):
+            raise EvalError(f"sampler={sampler!r}: this policy ({type(policy).__name__}) samples its own way; leave "
+                            "sampler unset")
+        return None, steps or own_steps, "own"
+    try: return obj.choose_sampler(sampler, steps, own_steps)   # unset: what the run trains with and deploys
+    except ValueError as e: raise EvalError(f"sampler={sampler!r}: {e}") from None
 
 def _hold_key(policy, ds, adim):
     "The low-dim observation that is a joint state of the action's width (RoboTwin: `state`), or None."
@@ -259,14 +253,11 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     mean_action = train_ds._take(action_key, tr_steps).astype(np.float64).mean(0)
     # sample
     sched, n_steps, sampler = _sampler(policy, sampler, steps)
-    old = getattr(policy, "sample_scheduler", None)
-    if sched is not None: policy.sample_scheduler = sched
+    using = policy.objective.sampling_with(sched) if sched is not None else contextlib.nullcontext()
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     hk = _hold_key(policy, eval_ds, adim)
-    try: pred, true, hold = _predict(policy, eval_ds, idx, batch_size, gen, n_steps, hk, progress)
-    finally:
-        if sched is not None: policy.sample_scheduler = old
+    with using: pred, true, hold = _predict(policy, eval_ds, idx, batch_size, gen, n_steps, hk, progress)
     base = {"mean": np.broadcast_to(mean_action, true.shape), **({"hold": hold} if hk else {})}
     table, per_dim = _score(pred, true, base, mask)
     episode = _episode_of(rows, eval_ds)

@@ -14,13 +14,11 @@ from torch import nn
 # fork: ranks forked by a server that had imported it could not use their GPU. NVML answers without it (PyTorch's own
 # switch; a user's setting wins). Before the first diffusers import of every dptoolkit module: this one.
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-from diffusers.schedulers.scheduling_ddim import DDIMScheduler
-from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from fastcore.basics import patch
 from omegaconf import OmegaConf
 
-from .flow import euler_sample, flow_noisy, flow_target, flow_time
 from .normalize import Normalizer
+from .objective import make_objective   # DDPM or flow: time, noisy input, target, sample loop
 from .transformer import TransformerDenoiser, param_groups
 
 # %% auto #0
@@ -378,10 +376,11 @@ class DiffusionPolicy(nn.Module):
         self.low_dim_keys, self.image_keys = self.obs_encoder.low_dim_keys, self.obs_encoder.rgb_keys
         self.aux_keys = list(self.obs_encoder.aux)   # predicted from the cameras: read in training only, as targets
         self.obs_dim = sum(self.obs_encoder.low_dim.values())
-        for name, v, ok in (("objective", objective, ("ddpm", "flow")),
-                            ("denoiser", denoiser, ("unet", "transformer"))):
-            if v not in ok: raise PolicyError(f"policy.{name}={v!r}: expected one of {', '.join(ok)}")
-        self.objective, self.denoiser = objective, denoiser
+        if denoiser not in ("unet", "transformer"):
+            raise PolicyError(f"policy.denoiser={denoiser!r}: expected one of unet, transformer")
+        try: self.objective = make_objective(objective, num_train_timesteps, beta_schedule, prediction_type, sampler)
+        except ValueError as e: raise PolicyError(str(e)) from None
+        self.denoiser = denoiser
         self.task_names, self.task_embed = list(task_names or []), None
         if task_embed_dim:   # a learned embedding of the window's task beside each observation step's features
             if not self.task_names:
@@ -394,16 +393,7 @@ class DiffusionPolicy(nn.Module):
                                            kernel_size, n_groups)
         else: self.model = TransformerDenoiser(action_dim, horizon, n_obs_steps, feat, **(transformer or {}))
         self.normalizer = normalizer if normalizer is not None else Normalizer()
-        sched = dict(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule,
-                     prediction_type=prediction_type,
-                     clip_sample=True)
-        self.noise_scheduler = DDPMScheduler(**sched)
-        # ᾱ_t as a (non-persistent) buffer: it moves with the model, so the loss never copies it to the device
-        self.register_buffer("alphas_cumprod", self.noise_scheduler.alphas_cumprod.clone(), persistent=False)
-        self.sample_scheduler = DDIMScheduler(**sched) if sampler == "ddim" else DDPMScheduler(**sched)
-        self.num_inference_steps = num_inference_steps or (10 if objective == "flow" else num_train_timesteps)
-        self.prediction_type = prediction_type
-        self.time_scale = float(num_train_timesteps)   # flow's t in [0, 1] → the time embedding's DDPM range
+        self.num_inference_steps = num_inference_steps or self.objective.default_steps
         self.action_repr, self.obs_repr = action_repr, obs_repr
         self.relative_key = _relative_key(self, relative_key) if "relative" in (action_repr, obs_repr) else None
 
@@ -434,23 +424,10 @@ def predict_action(self: DiffusionPolicy, obs: dict, generator=None, num_inferen
     cond = self.encode_obs(obs)
     B, steps = cond.shape[0], num_inference_steps or self.num_inference_steps
     x = torch.randn((B, self.horizon, self.action_dim), device=cond.device, generator=generator)
-    if self.objective == "flow":   # Euler from noise at t = 1 (flow chapter)
-        x = euler_sample(lambda x, t: self._velocity(x, t, cond), x, steps)
-    else:
-        s = self.sample_scheduler
-        s.set_timesteps(steps)
-        for t in s.timesteps:
-            out = self.model(x, t.to(cond.device).expand(B), cond)
-            x = s.step(out, t, x, generator=generator).prev_sample
+    x = self.objective.sample(lambda x, t: self.model(x, t, cond), x, steps, generator)   # objective chapter
     x = self.to_action(x, obs)
     start = self.n_obs_steps - 1
     return {"action_pred": x, "action": x[:, start:start + self.n_action_steps]}
-
-@patch
-def _velocity(self: DiffusionPolicy, x, t, cond):
-    "Flow's velocity at (x, t): the denoiser's output, or (x − a) / t from its clean chunk a (prediction_type sample)."
-    out = self.model(x, t * self.time_scale, cond)
-    return (x - out) / t.to(x.dtype).reshape(-1, 1, 1) if self.prediction_type == "sample" else out
 
 
 # %% ../nbs/04_policy.ipynb #7108a0c5
@@ -504,8 +481,8 @@ def _task_features(self: DiffusionPolicy, task, B: int) -> torch.Tensor:
 @patch
 def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=None, crops=None) -> dict:
     """The random inputs of one training loss: camera crop corners (training only), noise and diffusion steps, drawn
-    on the batch's device from `generator` (those given are kept); under `objective: flow` the "timesteps" are flow
-    times t in (0, 1] (`flow_time`). The loop draws them *outside* a compiled model,
+    on the batch's device from `generator` (those given are kept); the "timesteps" are the objective's (`time`: DDPM
+    steps, or flow times t in (0, 1]). The loop draws them *outside* a compiled model,
     so `torch.compile` only sees tensors in and a loss out: no generator or RNG state inside the graph."""
     action = batch["action"]
     B, dev = action.shape[0], action.device
@@ -514,19 +491,8 @@ def draw(self: DiffusionPolicy, batch, generator=None, noise=None, timesteps=Non
         for k in self.image_keys:   # the encoder's order: one (B × n_obs_steps, 2) draw per camera
             if k not in crops: crops[k] = self.obs_encoder.draw_crops(k, B * self.n_obs_steps, dev, generator)
     if noise is None: noise = torch.randn(action.shape, device=dev, generator=generator)
-    if timesteps is None and self.objective == "flow": timesteps = flow_time(B, dev, generator)   # t in (0, 1]
-    elif timesteps is None:
-        timesteps = torch.randint(0, self.noise_scheduler.config.num_train_timesteps, (B,), device=dev,
-                                  generator=generator)
+    if timesteps is None: timesteps = self.objective.time(B, dev, generator)
     return dict(noise=noise, timesteps=timesteps, crops=crops)
-
-@patch
-def add_noise(self: DiffusionPolicy, x, noise, t):
-    """The forward diffusion `sqrt(ᾱ_t) x + sqrt(1 - ᾱ_t) noise` (diffusers' `add_noise`, from a buffer already on
-    the device)."""
-    a = self.alphas_cumprod.to(x.dtype)[t]
-    shape = (-1,) + (1,) * (x.ndim - 1)
-    return (a ** 0.5).reshape(shape) * x + ((1 - a) ** 0.5).reshape(shape) * noise
 
 # %% ../nbs/04_policy.ipynb #96308508
 @patch
@@ -539,14 +505,9 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
     obs = {**batch["obs"], "task": batch["task"]} if self.task_embed is not None and "task" in batch else batch["obs"]
     cond = self.encode_obs(obs, crops=d["crops"], aux=bool(self.aux_keys))
     if self.aux_keys: cond, aux = cond
-    noise, t = d["noise"], d["timesteps"]
-    if self.objective == "flow":   # the straight path's velocity, or its end (prediction_type: sample; flow chapter)
-        pred = self.model(flow_noisy(action, noise, t), t * self.time_scale, cond)
-        target = action if self.prediction_type == "sample" else flow_target(action, noise)
-    else:
-        pred = self.model(self.add_noise(action, noise, t), t, cond)
-        target = noise if self.prediction_type == "epsilon" else action
-    loss = F.mse_loss(pred.float(), target)
+    noise, t, obj = d["noise"], d["timesteps"], self.objective   # objective chapter: DDPM or flow
+    pred = self.model(obj.noisy(action, noise, t), obj.model_time(t), cond)
+    loss = F.mse_loss(pred.float(), obj.target(action, noise))
     if not self.aux_keys: return loss
     return loss + self.obs_encoder.aux_weight * F.mse_loss(aux.float(), self.aux_targets(batch["obs"]))
 
