@@ -18,13 +18,14 @@ from fastcore.basics import patch
 from omegaconf import OmegaConf
 
 from .normalize import Normalizer
+from .protocol import PolicyError   # the contract, the bottom room of the model side (protocol chapter)
 from .objective import make_objective   # DDPM or flow: time, noisy input, target, sample loop
 from .transformer import TransformerDenoiser, param_groups
 
 # %% auto #0
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'POOLS', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
-           'Upsample1d', 'ConditionalUnet1D', 'PolicyError', 'load_weights', 'replace_batchnorm', 'SpatialSoftmax',
-           'resnet18', 'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy', 'offset_specs', 'task_conditioning']
+           'Upsample1d', 'ConditionalUnet1D', 'load_weights', 'replace_batchnorm', 'SpatialSoftmax', 'resnet18',
+           'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy', 'offset_specs', 'task_conditioning']
 
 # %% ../nbs/04_policy.ipynb #e343b199
 class SinusoidalPosEmb(nn.Module):
@@ -119,9 +120,6 @@ class ConditionalUnet1D(nn.Module):
 
 # %% ../nbs/04_policy.ipynb #491c5fd6
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-class PolicyError(ValueError):
-    "The policy cannot be built or fed: the message names the key, what was found and what was expected."
 
 def load_weights(path) -> dict:
     "A state dict from a local `.safetensors` file or a torch file read with `weights_only=True` (no code runs)."
@@ -359,6 +357,8 @@ def obs_shapes(cfg) -> dict:
 # %% ../nbs/04_policy.ipynb #dbd941ca
 class DiffusionPolicy(nn.Module):
     "Diffusion Policy: observation encoder + conditional 1-D U-Net; `forward(batch)` is the training loss."
+    checks_on_meta = True   # the check before launch builds it on the meta device (protocol chapter)
+
     def __init__(self, action_dim, obs_shapes: dict, horizon=8, n_obs_steps=3, n_action_steps=6, *, normalizer=None,
                  obs_encoder: dict | None = None,  # ObsEncoder options (backbone, crop_shape, ...)
                  down_dims=(256, 512, 1024), kernel_size=5, n_groups=8, diffusion_step_embed_dim=128,

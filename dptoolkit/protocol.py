@@ -10,13 +10,35 @@ import torch
 from torch import nn
 from omegaconf import OmegaConf
 
-from .policy import DiffusionPolicy, PolicyError
+from typing import Protocol, runtime_checkable
 
 # %% auto #0
-__all__ = ['METHODS', 'ATTRS', 'policy_target', 'check_policy_class', 'policy_class', 'build_policy', 'check_protocol', 'predict']
+__all__ = ['DEFAULT_POLICY', 'METHODS', 'OPTIONAL', 'ATTRS', 'PolicyError', 'Policy', 'policy_target', 'check_policy_class',
+           'policy_class', 'build_policy', 'check_protocol', 'predict']
 
 # %% ../nbs/04e_protocol.ipynb #94c80d43
+class PolicyError(ValueError):
+    "The policy cannot be built or fed: the message names the key, what was found and what was expected."
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the loop, checkpoints, evaluation and rollouts ask of a policy (an `nn.Module`); the optional members
+    (`OPTIONAL`) are used where a policy has them."""
+    low_dim_keys: list
+    image_keys: list
+    n_obs_steps: int
+    n_action_steps: int
+    action_dim: int
+    normalizer: nn.Module
+    @classmethod
+    def from_config(cls, cfg, normalizer=None): ...
+    def draw(self, batch: dict, generator=None) -> dict: ...
+    def forward(self, batch: dict, **draws) -> torch.Tensor: ...
+    def predict_action(self, obs: dict, generator=None) -> dict: ...
+
+DEFAULT_POLICY = "dptoolkit.policy.DiffusionPolicy"   # found by its path: no implementation is imported here
 METHODS = ("from_config", "draw", "forward", "predict_action")
+OPTIONAL = ("param_groups", "num_inference_steps", "objective", "checks_on_meta")
 ATTRS = ("low_dim_keys", "image_keys", "n_obs_steps", "n_action_steps", "action_dim", "normalizer")
 
 def policy_target(cls) -> str:
@@ -52,8 +74,7 @@ def policy_class(cfg, policy=None) -> type:
     "The policy class for `cfg`: `policy` if given, else `policy._target_` by import path, else `DiffusionPolicy`."
     if policy is None:
         target = OmegaConf.select(cfg, "policy._target_", default=None)
-        if not target or target == policy_target(DiffusionPolicy): return DiffusionPolicy
-        policy = _import(target)
+        policy = _import(target or DEFAULT_POLICY)
     return check_policy_class(policy)
 
 def build_policy(cfg, normalizer=None, policy=None) -> nn.Module:
@@ -78,11 +99,12 @@ def _windows(cfg, policy, n=2) -> dict:
     return b
 
 def check_protocol(cfg, policy=None) -> type:
-    """Build the run's policy once before any process starts and return its class: `DiffusionPolicy` on the meta
-    device; another class on CPU with one loss and one `predict_action` on two windows of the store."""
+    """Build the run's policy once before any process starts and return its class: one that `checks_on_meta`
+    (`DiffusionPolicy`) on the meta device; another class on CPU with one loss and one `predict_action` on two
+    windows of the store."""
     cls = policy_class(cfg, policy)
-    if cls is DiffusionPolicy:
-        with torch.device("meta"): DiffusionPolicy.from_config(cfg)
+    if getattr(cls, "checks_on_meta", False):
+        with torch.device("meta"): cls.from_config(cfg)
         return cls
     from dptoolkit.normalize import Normalizer
     p, name = build_policy(cfg, normalizer=Normalizer(), policy=cls), cls.__qualname__   # identity statistics

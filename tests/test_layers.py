@@ -76,6 +76,14 @@ def test_checkpoint_keeps_the_format_only():
     assert not bad, bad
 
 
+def test_the_contract_is_the_bottom_of_the_model_side():
+    "protocol.py (the policy contract, PolicyError) imports no implementation; the packaged policy stands on it."
+    g = imports()
+    assert not g["protocol"] & MODEL, sorted(g["protocol"] & MODEL)
+    assert "protocol" in g["policy"] and "objective" in g["policy"]
+    assert not g["objective"] & (MODEL - {"flow"}), sorted(g["objective"])
+
+
 def test_no_data_room_reaches_the_model():
     g = imports()
     def reach(r, seen):
