@@ -219,7 +219,7 @@ def run_folders(paths) -> list:
 
 # %% ../nbs/08_cli.ipynb #a2c165db
 def cmd_report(a):
-    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, _plt
+    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, pyplot
     runs = run_folders(a.runs)
     s = summarize(runs, warmup=a.warmup if a.warmup == "auto" else int(a.warmup), combine=a.combine, target=a.target)
     cols = ["run", "world_size", "per_device_batch", "global_batch", "steps", "samples_per_s", "samples_per_s_iqr",
@@ -232,7 +232,7 @@ def cmd_report(a):
             print(f"time_to_val_loss: training seconds to val_loss ≤ {plain(s.attrs['val_loss_target'])}")
         for r in s[s["flag"].astype(bool)].itertuples(): print(f"{r.run}: not to be trusted: {r.flag}")
     if a.output:
-        plt = _plt()
+        plt = pyplot()
         fig, axs = plt.subplots(1, 4, figsize=(17, 3.4))
         plot_throughput(s, ax=axs[0])
         plot_speedup(s, ax=axs[1])
@@ -353,8 +353,8 @@ def _demo_merge(out: Path, data, progress: bool):
 
 def _demo_outputs(out: Path, s, runs, ev) -> dict:
     "The demo's figures and tables in `out`, and the next steps; returns the figure paths."
-    from dptoolkit.report import plot_throughput, plot_speedup, plot_loss, _plt
-    plt = _plt()
+    from dptoolkit.report import plot_throughput, plot_speedup, plot_loss, pyplot
+    plt = pyplot()
     figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs), "eval": ev.plot()}
     paths = {}
     for name, fig in figs.items():

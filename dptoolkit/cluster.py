@@ -10,7 +10,7 @@ from pathlib import Path
 from . import __version__
 
 # %% auto #0
-__all__ = ['ClusterError', 'slurm_script', 'write_slurm_script', 'submit']
+__all__ = ['ClusterError', 'slurm_script', 'write_slurm_script', 'submit', 'array_script']
 
 # %% ../nbs/11_cluster.ipynb #31db675b
 class ClusterError(ValueError):
@@ -156,3 +156,57 @@ def submit(script, *args) -> str:
         raise ClusterError("sbatch not found: submit from a machine with Slurm's client tools") from None
     if r.returncode != 0: raise ClusterError(f"sbatch {script} failed: {r.stderr.strip() or r.stdout.strip()}")
     return r.stdout.strip().split(";")[0]
+
+# %% ../nbs/11_cluster.ipynb #e82e1226
+# a job array: one task per item, Slurm's warning signal passed on, requeue and resume (braces doubled: bash's)
+_ARRAY_SCRIPT = """#!/bin/bash
+# Written by {writer} (dptoolkit {version}): {what} as one job array,
+# at most {p} at once; each task is {task_words}.
+# Preemption / time limit: Slurm signals the task (USR1) {grace} s ahead; the run's ranks checkpoint and stop{then}.
+{footer}
+{sbatch}
+set -uo pipefail
+stopped=0
+pid=
+on_signal() {{
+  stopped=1
+  echo "{tag}: Slurm's $1 at $(date +%T): the run checkpoints and stops"
+  [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
+}}
+trap 'on_signal USR1' USR1
+trap 'on_signal TERM' TERM
+echo "{tag}: task $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}})"
+{command} &
+pid=$!
+wait "$pid"; status=$?
+while kill -0 "$pid" 2>/dev/null; do wait "$pid"; status=$?; done   # a trapped signal ends `wait` early
+if [ "$stopped" = 1 ]; then
+{on_stop}
+fi
+exit $status
+"""
+
+# %% ../nbs/11_cluster.ipynb #b306cd98
+def array_script(tasks: int, command: str, folder, *, what: str, task_words: str, footer: str = "",
+                 writer: str = "dptoolkit", tag: str = "dpt-array", max_parallel: int | None = None,
+                 gpus_per_task: int = 1, cpu: bool = False, cpus_per_task: int | None = None, partition=None, time=None,
+                 account=None, requeue: bool = True, grace: int = 120, job_name: str = "dpt-array") -> str:
+    """An sbatch script of `tasks` array tasks (at most `max_parallel` at once), each running the shell `command`
+    (which reads `$SLURM_ARRAY_TASK_ID`) in `folder`, on `gpus_per_task` GPUs (or, with `cpu`, `cpus_per_task` cores).
+    Slurm's warning signal (USR1, `grace` s ahead) is passed to the task's process; with `requeue` the task requeues
+    itself after it stopped, and its next start resumes. `what`, `task_words`, `footer`, `writer`, `tag`: the words of
+    the script's comment block and log lines."""
+    folder = Path(folder).absolute()
+    arr = f"0-{tasks - 1}" + (f"%{int(max_parallel)}" if max_parallel else "")
+    sb = [f"--job-name={job_name}", f"--array={arr}", "--nodes=1", "--ntasks=1", f"--chdir={folder}",
+          f"--output={folder}/slurm-%A_%a.out", "--open-mode=append", f"--signal=B:USR1@{int(grace)}"]
+    sb += [f"--cpus-per-task={cpus_per_task or 1}"] if cpu else [f"--gpus-per-node={gpus_per_task}"] + (
+        [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else [])
+    sb += [f"--partition={partition}"] * bool(partition) + [f"--time={time}"] * bool(time)
+    sb += [f"--account={account}"] * bool(account) + ["--requeue"] * requeue
+    on_stop = (f'  echo "{tag}: requeueing $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"; exit 0' if requeue
+               else "  exit 0")
+    return _ARRAY_SCRIPT.format(writer=writer, version=__version__, what=what, p=max_parallel or tasks,
+                                task_words=task_words, grace=int(grace), footer=footer, tag=tag, command=command,
+                                then="; the task requeues itself and resumes" if requeue else "",
+                                sbatch="".join(f"#SBATCH {s}\n" for s in sb), on_stop=on_stop)

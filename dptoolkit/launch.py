@@ -15,8 +15,9 @@ import torch.multiprocessing as mp
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'worker_pool', 'die_with_parent', 'Heartbeat', 'StallWatch',
-           'watch_in_rank', 'launch', 'world_info', 'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
+__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_pool',
+           'die_with_parent', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch', 'world_info', 'expand_counts',
+           'slurm_hostnames', 'slurm_port', 'rank_env']
 
 # %% ../nbs/06_launch.ipynb #aa8bad2a
 class LaunchError(RuntimeError):
@@ -322,6 +323,25 @@ def start_forkserver(fork: bool = False) -> str:
     return "forked"
 
 # %% ../nbs/06_launch.ipynb #95e320b3
+def pid_alive(pid) -> bool:
+    "Is process `pid` there (a zombie counts until it is reaped)? No pid given: True (nothing to watch)."
+    if not pid: return True
+    try: os.kill(int(pid), 0)
+    except ProcessLookupError: return False
+    except PermissionError: pass
+    return True
+
+def start_detached(cmd: list, log, env: dict | None = None, mode: str = "a", **popen):
+    """`cmd` as a process in a session of its own (a kernel's interrupt does not reach it), its output appended to
+    (`mode="w"`: written into) the file `log`, no standard input, and in its environment `DPT_PARENT_PID` (this
+    process: it stops with a checkpoint when this one is gone) and unbuffered Python; → the `subprocess.Popen`.
+    What `train(..., wait=False)`, `study(..., wait=False)` and a study's runs start."""
+    import subprocess
+    env = {**(os.environ if env is None else env), "DPT_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    with open(log, mode) as out:
+        return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, **popen)
+
 def worker_pool(workers: int, initializer=None, initargs=()):
     """A `concurrent.futures.ProcessPoolExecutor` of `workers` processes forked by this process's forkserver on Linux
     (spawned elsewhere): this process's environment, working folder and `sys.path` as they are now (as a spawned

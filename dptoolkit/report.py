@@ -13,7 +13,7 @@ import yaml
 
 # %% auto #0
 __all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_PRESSURE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'ReportError', 'plain',
-           'read_log', 'steady', 'contention', 'success_time', 'summarize', 'plot_throughput', 'plot_speedup',
+           'read_log', 'steady', 'contention', 'success_time', 'summarize', 'pyplot', 'plot_throughput', 'plot_speedup',
            'plot_loss', 'plot_success', 'watch']
 
 # %% ../nbs/07_report.ipynb #863ba94d
@@ -259,7 +259,8 @@ def _combine(rows):
     return out
 
 # %% ../nbs/07_report.ipynb #233b1440
-def _plt():
+def pyplot():
+    "matplotlib's pyplot, on the Agg backend outside a notebook (figures saved, never shown in a window)."
     import matplotlib
     if matplotlib.get_backend().lower() in ("", "agg") or not _in_notebook(): matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
@@ -279,7 +280,7 @@ def _yerr(g, col):
 
 def plot_throughput(summary: pd.DataFrame, ax=None):
     "Samples/s against world size: median, interquartile range as error bars; contended runs hollow and labelled."
-    plt = _plt()
+    plt = pyplot()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(4.5, 3.2))
     for per, g in summary.groupby("per_device_batch"):
         eb = ax.errorbar(g["world_size"], g["samples_per_s"], yerr=_yerr(g, "samples_per_s"), marker="o", capsize=3,
@@ -305,7 +306,7 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
     """Measured speed-up against world size with its range, the ideal line and the guides' quoted table; time-to-quality
     speed-up (time to the validation-loss target) and time-to-success speed-up (with its range) beside it when the runs
     have them. Flagged points are crossed out."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(4.5, 3.2))
     top = max(int(summary["world_size"].max()), 2)
     ax.plot([1, top], [1, top], "k--", lw=1, label="ideal (linear)")
@@ -339,7 +340,7 @@ def plot_speedup(summary: pd.DataFrame, ax=None, reference: dict | None = SEED_T
 # %% ../nbs/07_report.ipynb #891528eb
 def plot_loss(run_dirs, ax=None):
     "Loss against step and against wall-clock seconds for several runs; validation points where the log has them."
-    plt = _plt()
+    plt = pyplot()
     if ax is None: fig, axs = plt.subplots(1, 2, figsize=(8, 3))
     else:
         axs = ax
@@ -364,7 +365,7 @@ def plot_loss(run_dirs, ax=None):
 # %% ../nbs/07_report.ipynb #f9e1da40
 def plot_success(run_dirs, target: float | None = 0.8, axes=None):
     "Success rate (with its Wilson interval) by step and by training seconds, one line per run."
-    plt = _plt()
+    plt = pyplot()
     if axes is None: fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     else: fig = axes[0].figure
     for rd in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs):
@@ -396,7 +397,7 @@ def watch(run_dir, every: float = 2.0, timeout: float = 3600, max_updates: int |
     if hasattr(run_dir, "run_dir") and hasattr(run_dir, "done"):   # a BackgroundRun: this module never imports train
         handle, run_dir = run_dir, run_dir.run_dir
         until = until or (lambda: handle.done)
-    plt = _plt()
+    plt = pyplot()
     t0, n, df, total = time.time(), 0, None, _total_steps(run_dir)
     try:
         while True:

@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
+
 # %% auto #0
-__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'SimUnstable', 'wilson', 'AlohaSim',
+__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'SimUnstable', 'AlohaSim',
            'transfer_waypoints', 'expert_episode', 'Demos', 'make_demos', 'check_policy', 'task_index',
            'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint',
            'watch_rollouts', 'rollout_run']
@@ -63,14 +65,7 @@ def _check_task(task):
     if task != "transfer_cube":
         raise SimError(f"task {task!r}: only transfer_cube has a scripted expert and rollouts so far")
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple:
-    "Wilson score interval for `k` successes in `n` trials (95 % by default): honest at 0/n and n/n, unlike ± 1.96·SE."
-    if n == 0: return (float("nan"), float("nan"))
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
+
 
 # %% ../nbs/13_sim.ipynb #01417dc2
 def _lean(task, physics, ee=False):
@@ -539,18 +534,12 @@ def _tensorboard(run: Path, rec: dict):
         tb.add_scalar("eval/success", rec["success"], rec["step"])
 
 # %% ../nbs/13_sim.ipynb #515ee759
-def _alive(pid) -> bool:
-    if not pid: return True
-    try: os.kill(int(pid), 0)
-    except ProcessLookupError: return False
-    except PermissionError: pass
-    return True
-
 def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000,
                    workers=None, parent=None, poll_s: float = 1.0, log=print) -> list:
     """Roll out each new checkpoint of `run` at a multiple of `every` steps, and the final one, as they appear (the
     newest first: never a queue); returns the records. Ends after the final checkpoint's rollout (the run writes
     `RUN/.rollouts-done`) or when process `parent` has exited."""
+    from dptoolkit.launch import pid_alive
     run, seen, recs = Path(run), set(), []
     while True:
         done = run / ".rollouts-done"
@@ -566,7 +555,7 @@ def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int =
                       f"{recs[-1]['success_high']:.0%}] over {episodes} episodes")
             continue
         if final is not None and (final in seen or step is None or step <= max(seen, default=-1)): return recs
-        if not _alive(parent): return recs
+        if not pid_alive(parent): return recs
         time.sleep(poll_s)
 
 # %% ../nbs/13_sim.ipynb #ce9627d6

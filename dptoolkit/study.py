@@ -12,13 +12,14 @@ import pandas as pd
 from omegaconf import ListConfig, OmegaConf
 
 from .config import ConfigError, apply_overrides
-from .report import _plt
-from .sim import _alive, wilson   # a pid's process lives; the Wilson interval
+from .report import pyplot
+from .launch import pid_alive, start_detached
+from .stats import mcnemar_exact, wilson   # the ground floor's statistics (stats chapter)
 
 # %% auto #0
 __all__ = ['StudyError', 'recipe_name', 'study_runs', 'check_study', 'run_state', 'study_status', 'run_one', 'slots', 'run_study',
-           'make_study', 'study', 'study_sbatch', 'write_study_sbatch', 'study_table', 'mcnemar_exact', 'Comparison',
-           'compare', 'plot_study', 'Study', 'grid_arg', 'study_main']
+           'make_study', 'study', 'study_sbatch', 'write_study_sbatch', 'study_table', 'Comparison', 'compare',
+           'plot_study', 'Study', 'grid_arg', 'study_main']
 
 # %% ../nbs/07c_study.ipynb #c6f8d9ad
 class StudyError(ValueError):
@@ -103,7 +104,7 @@ def run_state(out, run: dict) -> dict:
     res = rd / "study_result.json"
     if res.exists(): return json.loads(res.read_text())
     pid = (rd / ".study-pid").read_text().strip() if (rd / ".study-pid").exists() else None
-    return dict(status="running" if pid and _alive(pid) else "pending")
+    return dict(status="running" if pid and pid_alive(pid) else "pending")
 
 def study_status(out) -> pd.DataFrame:
     "One row per run of the study in `out`: recipe, seed, status, its one-line error, wall time."
@@ -207,13 +208,11 @@ def slots(nprocs: int = 1, gpus_per_run: int = 1, parallel: int | None = None, g
 def _start(out: Path, i: int, slot: dict, run: dict):
     rd = out / "runs" / run["name"]
     rd.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DPT_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    env = dict(os.environ)
     if "gpus" in slot: env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot["gpus"]))
     pin = (lambda: os.sched_setaffinity(0, slot["cores"])) if "cores" in slot else None
-    with open(rd / "study.log", "a") as log:
-        return subprocess.Popen([sys.executable, "-m", "dptoolkit.cli", "study", str(out), "--task", str(i),
-                                 "--no-progress"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, preexec_fn=pin, start_new_session=True)
+    return start_detached([sys.executable, "-m", "dptoolkit.cli", "study", out, "--task", i, "--no-progress"],
+                          rd / "study.log", env, preexec_fn=pin)   # the launch chapter's
 
 def _died(out: Path, run: dict, code: int):
     "A run process that ended without its record (killed): recorded as failed with how it ended."
@@ -294,41 +293,9 @@ def study(cfg, grid: dict, seeds=(0, 1, 2), out=None, *, rollout=None, nprocs: i
     if not wait:
         cmd = [sys.executable, "-m", "dptoolkit.cli", "study", str(out), "--resume", "--no-progress",
                "--gpus-per-run", str(gpus_per_run)] + (["--parallel", str(parallel)] if parallel else [])
-        env = {**os.environ, "DPT_PARENT_PID": str(os.getpid())}
-        with open(out / "study.log", "a") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                 start_new_session=True)
-        return Study(out, proc=p)
+        return Study(out, proc=start_detached(cmd, out / "study.log"))
     run_study(out, slots(nprocs, gpus_per_run, parallel), progress)
     return Study(out)
-
-# %% ../nbs/07c_study.ipynb #c51f4197
-_ARRAY_SCRIPT = """#!/bin/bash
-# Written by `dpt study` (dptoolkit {version}): the {k} runs of the study {out_abs} as one job array,
-# at most {p} at once; each task is one run (dpt study DIR --task $SLURM_ARRAY_TASK_ID).
-# Preemption / time limit: Slurm signals the task (USR1) {grace} s ahead; the run's ranks checkpoint and stop{then}.
-# What finished: dpt study {out_abs} --status
-{sbatch}
-set -uo pipefail
-stopped=0
-pid=
-on_signal() {{
-  stopped=1
-  echo "dpt-study: Slurm's $1 at $(date +%T): the run checkpoints and stops"
-  [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
-}}
-trap 'on_signal USR1' USR1
-trap 'on_signal TERM' TERM
-echo "dpt-study: task $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}})"
-{py_q} -m dptoolkit.cli study {out_q} --task "$SLURM_ARRAY_TASK_ID" --no-progress &
-pid=$!
-wait "$pid"; status=$?
-while kill -0 "$pid" 2>/dev/null; do wait "$pid"; status=$?; done   # a trapped signal ends `wait` early
-if [ "$stopped" = 1 ]; then
-{on_stop}
-fi
-exit $status
-"""
 
 # %% ../nbs/07c_study.ipynb #4785d05c
 def study_sbatch(out, *, max_parallel: int | None = None, gpus_per_run: int = 1, cpu: bool = False,
@@ -336,24 +303,18 @@ def study_sbatch(out, *, max_parallel: int | None = None, gpus_per_run: int = 1,
                  grace: int = 120, job_name: str = "dpt-study", python: str | None = None) -> str:
     """The sbatch script of study `out` as one job array (one task per run, at most `max_parallel` at once): each
     task on `gpus_per_run` GPUs (or, with `cpu`, `cpus_per_task` cores: default the manifest's ranks per run)."""
-    from dptoolkit import __version__
+    from dptoolkit.cluster import array_script   # the job array beside the cluster chapter's job script
     out = Path(out).absolute()
     m = _manifest(out)
     k = len(m["runs"])
-    arr = f"0-{k - 1}" + (f"%{int(max_parallel)}" if max_parallel else "")
-    sb = [f"--job-name={job_name}", f"--array={arr}", "--nodes=1", "--ntasks=1", f"--chdir={out}",
-          f"--output={out}/slurm-%A_%a.out", "--open-mode=append", f"--signal=B:USR1@{int(grace)}"]
-    sb += [f"--cpus-per-task={cpus_per_task or m['nprocs']}"] if cpu else [f"--gpus-per-node={gpus_per_run}"] + (
-        [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else [])
-    sb += [f"--partition={partition}"] * bool(partition) + [f"--time={time}"] * bool(time)
-    sb += [f"--account={account}"] * bool(account) + ["--requeue"] * requeue
-    on_stop = ('  echo "dpt-study: requeueing $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"; exit 0' if requeue
-               else "  exit 0")
-    return _ARRAY_SCRIPT.format(version=__version__, k=k, out_abs=out, p=max_parallel or k, grace=int(grace),
-                                then="; the task requeues itself and resumes" if requeue else "",
-                                sbatch="".join(f"#SBATCH {s}\n" for s in sb),
-                                py_q=shlex.quote(python or sys.executable),
-                                out_q=shlex.quote(str(out)), on_stop=on_stop)
+    cmd = (f"{shlex.quote(python or sys.executable)} -m dptoolkit.cli study {shlex.quote(str(out))} "
+           '--task "$SLURM_ARRAY_TASK_ID" --no-progress')
+    return array_script(k, cmd, out, what=f"the {k} runs of the study {out}", writer="`dpt study`", tag="dpt-study",
+                        task_words="one run (dpt study DIR --task $SLURM_ARRAY_TASK_ID)",
+                        footer=f"# What finished: dpt study {out} --status", max_parallel=max_parallel,
+                        gpus_per_task=gpus_per_run, cpu=cpu,
+                        cpus_per_task=cpus_per_task or (m["nprocs"] if cpu else None), partition=partition, time=time,
+                        account=account, requeue=requeue, grace=grace, job_name=job_name)
 
 # %% ../nbs/07c_study.ipynb #dcc28ba4
 def write_study_sbatch(out, **kw) -> Path:
@@ -405,14 +366,6 @@ def study_table(out, target: float = 0.8) -> pd.DataFrame:
     t = pd.DataFrame(rows)
     t.attrs.update(study=str(out), target=target, rollout=m["rollout"], sim=m.get("sim"))
     return t
-
-# %% ../nbs/07c_study.ipynb #2bc8e5d8
-def mcnemar_exact(b: int, c: int) -> float:
-    "Two-sided exact McNemar p-value for `b` and `c` discordant pairs (a binomial test of b in b + c at 1/2)."
-    n = b + c
-    if n == 0: return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 # %% ../nbs/07c_study.ipynb #f70e5870
 from dataclasses import dataclass, field
@@ -494,7 +447,7 @@ def compare(out, a: str, b: str) -> Comparison:
 # %% ../nbs/07c_study.ipynb #3cd0915d
 def plot_study(out, ax=None):
     "Success curves per recipe with their seed band (simulator), or each seed's held-out error per recipe (offline)."
-    plt = _plt()
+    plt = pyplot()
     m, done = _done(out)
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.2))
     recipes = list(dict.fromkeys(r["recipe"] for r in m["runs"]))
@@ -554,7 +507,7 @@ class Study:
     def watch(self, every: float = 5.0):
         "In a notebook: the status, table and figure, redrawn every `every` s until the study ends."
         from IPython.display import clear_output, display
-        plt = _plt()
+        plt = pyplot()
         while True:
             done = self.done
             clear_output(wait=True)

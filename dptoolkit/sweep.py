@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .report import _plt, plain, summarize
+from .report import pyplot, plain, summarize
 from .train import train
 
 # %% auto #0
@@ -82,7 +82,7 @@ def compare_scaling(cfg, world_size: int = 2, rules=("none", "linear", "sqrt"), 
 def plot_scaling(s: pd.DataFrame, ax=None):
     """Throughput speed-up beside time-to-quality speed-up for each learning-rate rule and accumulation
     (`compare_scaling`)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.2))
     rows = s[s.world_size > 1].reset_index(drop=True)
     x = np.arange(len(rows))

@@ -19,7 +19,7 @@ from .dataset import (ResumableSampler, SequenceDataset, _identity, check_mixtur
 from .normalize import Normalizer
 from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, latest_checkpoint,
                                   load_checkpoint, load_weights, lock_run, resume_step, unlock_run)
-from .launch import Heartbeat, LaunchError, launch, launched, watch_in_rank
+from .launch import Heartbeat, LaunchError, launch, launched, start_detached, watch_in_rank
 from .policy import DiffusionPolicy, offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
 from .store import describe
@@ -323,10 +323,7 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
     else: cmd += ["--nprocs", str(dev.nprocs)]
     if backend: cmd += ["--backend", backend]
     log = rd / "background.log"
-    env = {**os.environ, "DPT_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-    with open(log, "w") as out:   # a new session: a kernel interrupt (SIGINT to the kernel) does not reach the run
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+    proc = start_detached(cmd, log, mode="w")   # its own session: a kernel interrupt does not reach the run
     return BackgroundRun(rd, proc, log)
 
 # %% ../nbs/05_train.ipynb #6f956617
