@@ -23,7 +23,8 @@ def main():
     from dptoolkit.dataset import SequenceDataset
     from dptoolkit.normalize import Normalizer
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.train import ResumableSampler, _identity, train
+    from dptoolkit.train import train
+    from dptoolkit.dataset import ResumableSampler, _identity
     from dptoolkit.report import read_log
     tmp = Path(tempfile.mkdtemp())
     store = merge(sample_data(tmp / "t", tasks=6, episodes=20, seed=0), tmp / "m.zarr", progress=False).path

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #dcac6949
 from __future__ import annotations
-import contextlib, copy, json, os, signal, sys, time
+import copy, json, os, signal, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,26 +13,23 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
-from .config import ConfigError, plan as make_plan
-from .dataset import (ResumableSampler, SequenceDataset, _identity, check_mixture, prepare_cache, rank_loader,
-                               run_storage)
+from .config import plan as make_plan
+from .dataset import check_mixture, prepare_cache, rank_loader, run_storage
 from .normalize import Normalizer
-from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, latest_checkpoint,
-                                  load_checkpoint, load_weights, lock_run, resume_step, unlock_run)
+from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, local, lock_run,
+                                  resume_step, unlock_run)
 from .launch import Heartbeat, LaunchError, launch, launched, start_detached, watch_in_rank
-from .policy import DiffusionPolicy, offset_specs, task_conditioning
+from .policy import offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
 from .store import describe
-# the rooms the loop uses (their public names are importable from here too, as before the split)
-from .cores import (cpu_threads, fair_threads, keep_freed_memory, other_ranks, register_rank, reshare_threads,
-                             rollout_cores, unregister_rank)
-from .checkpoint import local
+# the rooms the loop uses, each imported for what the loop calls (their own names live there)
+from .cores import (fair_threads, keep_freed_memory, register_rank, reshare_threads, rollout_cores,
+                             unregister_rank)
 from .strategy import memory_warning, restore, save_run, strategy_for
 from .guards import StopSignal
-from .metrics import Trackers, _finish, _open_run, _Window, log_step, strict_json
-from .parallelize import (CompileCheck, _amp, _grad_norm, _to, compile_backend, compile_check, compile_checked,
-                                   compile_wanted, cuda_fast_paths, no_sync, rendezvous, wrap)
-from .watcher import check_rollouts, finish_rollouts, start_rollouts
+from .metrics import _finish, _open_run, _Window, log_step
+from .parallelize import _amp, _grad_norm, _to, no_sync, rendezvous, wrap
+from .watcher import check_rollouts
 
 # %% auto #0
 __all__ = ['ema_decay', 'EMA', 'make_ema', 'norm_keys', 'optimizer_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']

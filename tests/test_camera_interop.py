@@ -11,7 +11,8 @@ from dptoolkit.config import ConfigError, for_store
 from dptoolkit.interop import dp_state_dict, export, import_checkpoint, InteropError, policy_from_weights, run_config
 from dptoolkit.policy import DiffusionPolicy, PolicyError
 from dptoolkit.store import sample_data, write_store
-from dptoolkit.train import latest_checkpoint, load_checkpoint, train
+from dptoolkit.train import train
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
 from conftest import dpt
 
 REF = json.loads((Path(__file__).parent / "data" / "diffusion_policy_robot_dp_state_dict.json").read_text())

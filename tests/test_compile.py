@@ -13,7 +13,8 @@ from torch._dynamo.backends.common import aot_autograd
 from dptoolkit.config import for_store
 from dptoolkit.report import read_log
 from dptoolkit.store import sample_data
-from dptoolkit.train import TrainError, train, train_worker
+from dptoolkit.train import train, train_worker
+from dptoolkit.checkpoint import TrainError
 
 
 def _scaling_backward(factor, after=0):

@@ -26,7 +26,8 @@ from dptoolkit.config import for_store
 from dptoolkit.interop import InteropError, dp_param_keys, export, import_checkpoint
 from dptoolkit.report import read_log
 from dptoolkit.store import sample_data
-from dptoolkit.train import latest_checkpoint, load_checkpoint, train
+from dptoolkit.train import train
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
 
 FACTS = json.loads((Path(__file__).parent / "data" / "robotwin_dp_checkpoint_layout.json").read_text())
 REF = json.loads((Path(__file__).parent / "data" / "diffusion_policy_robot_dp_state_dict.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from dptoolkit.report import read_log
-from dptoolkit.train import latest_checkpoint, load_checkpoint
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
 from conftest import dpt
 from test_slurm import OV, _job_state, _log_lines, _wait_for, slurm_conf, start_munged
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dptoolkit.store import sample_data
-from dptoolkit.train import latest_checkpoint, load_checkpoint
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
 
 ARGS = ["--config", "test", "--no-progress", "training.max_steps=100000", "training.checkpoint_every=20",
         "training.log_every=10", "training.stall_timeout_s=15", "training.device=cpu"]

@@ -9,13 +9,14 @@ import torch
 
 from dptoolkit.config import for_store, load_config
 from dptoolkit.launch import launch
-from dptoolkit.train import TrainError, load_checkpoint, latest_checkpoint, train
+from dptoolkit.train import train
+from dptoolkit.checkpoint import TrainError, load_checkpoint, latest_checkpoint
 from conftest import dpt
 
 
 def _shards(n_items, epochs=2):
     import torch.distributed as dist
-    from dptoolkit.train import ResumableSampler
+    from dptoolkit.dataset import ResumableSampler
     ds = list(range(n_items))
     s = ResumableSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=True, seed=0, drop_last=True)
     out = []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dptoolkit.store import sample_data
-from dptoolkit.train import latest_checkpoint, load_checkpoint
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
 from conftest import dpt
 
 
