@@ -18,7 +18,8 @@ from .store import StoreError, _fmt_bytes, check_finite, describe, existing_pare
 # %% auto #0
 __all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'storage_plan', 'shard_episodes', 'SequenceDataset',
            'shard_bytes', 'ResumableSampler', 'prefetch', 'task_weights', 'WeightedSampler', 'RankLoader',
-           'config_storage', 'num_workers_for', 'run_storage', 'prepare_cache', 'check_mixture', 'rank_loader']
+           'config_storage', 'num_workers_for', 'run_storage', 'prepare_cache', 'check_mixture', 'policy_tasks',
+           'rank_loader']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -97,12 +98,15 @@ class SequenceDataset(torch.utils.data.Dataset):
     `storage` says where the rows come from: `memory` (a private decoded copy), `mmap` (the machine's decoded cache,
     shared by every process), `chunks` (compressed zarr chunks through a small LRU cache), `device` (as `mmap`/`memory`
     until `shard(rank, world, device)` moves a rank's share of the episodes onto its device), or `auto`
-    (`storage_plan`). `info`: the store's `describe`, where the caller has it."""
+    (`storage_plan`). `info`: the store's `describe`, where the caller has it. `task_order`: the task names of a
+    task-conditioned policy, in its embedding's order: each window's `task` is then its task's place in that list
+    (the store's tasks matched by name, whatever their order in the store); a store's task the list lacks comes after
+    it (`task_names` = the list + those), so a caller can name it instead of feeding the policy another task's row."""
     small_bytes = 256 << 20
 
     def __init__(self, store, horizon: int = 8, n_obs_steps: int = 2, pad_before: int = 0, pad_after: int = 0,
                  keys=("state",), action_key: str = "action", episodes=None, tasks=None, storage: str = "auto",
-                 cache_dir=None, progress: bool = False, info=None):
+                 cache_dir=None, progress: bool = False, info=None, task_order=None):
         self.path, self.horizon, self.n_obs_steps = str(store), int(horizon), int(n_obs_steps)
         self.pad_before, self.pad_after = pad_before, pad_after
         self.keys, self.action_key = list(keys), action_key
@@ -124,6 +128,7 @@ class SequenceDataset(torch.utils.data.Dataset):
             ids = [self.task_names.index(t) for t in tasks]
             episodes = [e for e in episodes if self.episode_task[e] in ids]
         self.episodes = np.asarray(episodes, dtype=np.int64)
+        if task_order is not None: self._task_order(list(task_order))
         self.rows = window_table(self.ends, self.horizon, pad_before, pad_after, self.episodes)
         lens = self.lengths[self.episodes]
         need = self.horizon - min(max(pad_before, 0), self.horizon - 1) - min(max(pad_after, 0), self.horizon - 1)
@@ -146,6 +151,13 @@ class SequenceDataset(torch.utils.data.Dataset):
 
     @property
     def lengths(self) -> np.ndarray: return self.ends - np.concatenate([[0], self.ends[:-1]])
+
+    def _task_order(self, order: list):
+        "Task indices renumbered by name into `order` (a policy's task names); the store's others after them."
+        extra = [n for n in self.task_names if n not in order]
+        names = list(order) + extra
+        lut = np.asarray([names.index(n) for n in self.task_names], dtype=np.int64)
+        self.episode_task, self.task_names = lut[self.episode_task], names
 
 # %% ../nbs/03_dataset.ipynb #f1eee92e
 @patch(as_prop=True)
@@ -519,6 +531,12 @@ def check_mixture(cfg, info):
         raise DataError(f"{info.path}: task.dataset.task_weights give every task it trains on weight 0 "
                         f"({', '.join(f'{t}: {w[t]:g}' for t in sel)}): nothing to sample; give one a weight > 0")
 
+def policy_tasks(cfg) -> list | None:
+    "A task-conditioned policy's task names (`policy.task_names` with `policy.task_embed_dim > 0`), else None."
+    from omegaconf import OmegaConf
+    if not (OmegaConf.select(cfg, "policy.task_embed_dim", default=0) or 0): return None
+    return list(OmegaConf.select(cfg, "policy.task_names", default=None) or []) or None
+
 def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size: int | None = None,
                 progress: bool | None = None, info=None) -> RankLoader:
     """The data side of `train_worker` in one call: the dataset in the configured storage, its (train, val) split by
@@ -533,7 +551,7 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
                          keys=list(D.obs_keys),
                          action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, storage=config_storage(cfg),
                          cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress,
-                         info=info)
+                         info=info, task_order=policy_tasks(cfg))
     train, val = ds.split(D.val_ratio, D.split_seed)
     B = int(batch_size or plan(cfg, world).per_device_batch)
     seed = int(cfg.training.seed)

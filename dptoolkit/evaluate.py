@@ -145,6 +145,10 @@ def _sampler(policy, sampler, steps):
     try: return obj.choose_sampler(sampler, steps, own_steps)   # unset: what the run trains with and deploys
     except ValueError as e: raise EvalError(f"sampler={sampler!r}: {e}") from None
 
+def _policy_tasks(policy) -> list | None:
+    "A task-conditioned policy's task names (its embedding's order), else None."
+    return list(policy.task_names) if getattr(policy, "task_embed", None) is not None else None
+
 def _hold_key(policy, ds, adim):
     "The low-dim observation that is a joint state of the action's width (RoboTwin: `state`), or None."
     keys = [k for k in policy.low_dim_keys if ds.shapes[k] == (adim,)]
@@ -210,7 +214,7 @@ def _eval_data(run, store, split, device, checkpoint, cls=None):
     To, Ta = policy.n_obs_steps, policy.n_action_steps
     H = int(cfg.horizon) if cfg is not None else getattr(policy, "horizon", To + Ta - 1)
     ds = SequenceDataset(store, H, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
-                         storage=storage, cache_dir=cache_dir, info=info)
+                         storage=storage, cache_dir=cache_dir, info=info, task_order=_policy_tasks(policy))
     adim = ds.shapes[action_key][0]
     if adim != policy.action_dim:
         raise EvalError(f"{store}: data/{action_key} has {adim} dims, the policy predicts {policy.action_dim}")
@@ -235,13 +239,23 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     policy, cfg, store, split, run_name, action_key, adim, train_ds, eval_ds = _eval_data(run, store, split, device,
                                                                                          checkpoint, policy)
-    tid = None
+    tid, known = None, _policy_tasks(policy)
     if task_name is not None:
+        if known is not None and task_name not in known:
+            raise EvalError(f"task {task_name!r}: the policy is conditioned on {', '.join(known)}; evaluate one of them")
         if task_name not in eval_ds.task_names:
             raise EvalError(f"task {task_name!r}: {store} has tasks {eval_ds.task_names or '(none named)'}")
         tid = eval_ds.task_names.index(task_name)
     idx = _windows(eval_ds, policy.n_action_steps, max_windows, tid)
-    if not len(idx): raise EvalError(f"{store}: the {split} split has no windows of task {task_name!r}")
+    if not len(idx):
+        raise EvalError(f"{store}: the {split} split has no windows of task {task_name!r}"
+                        + ("; its episodes may all be training ones: evaluate split='all' (dpt eval --split all)"
+                           if split != "all" else ""))
+    if known is not None:   # the store's tasks matched to the policy's by name: none it does not know
+        other = sorted({eval_ds.task_names[t] for t in eval_ds.window_task[idx] if t >= len(known)})
+        if other:
+            raise EvalError(f"{store}: task {other[0]!r} is not one the policy is conditioned on ({', '.join(known)}); "
+                            f"evaluate one of them: task_name= (dpt eval --task-name {known[0]})")
     rows = eval_ds.rows[idx]
     To, Ta = policy.n_obs_steps, policy.n_action_steps
     exec_t = rows[:, :1] + np.arange(To - 1, To - 1 + Ta)[None]            # unclipped: the steps the chunk stands for

@@ -578,8 +578,10 @@ def to_action(self: DiffusionPolicy, x, obs) -> torch.Tensor:
 
 # %% ../nbs/04_policy.ipynb #6599c7a7
 def task_conditioning(cfg, info):
-    """For `policy.task_embed_dim > 0`: `policy.task_names` set to the store's (`info`: `describe`), or `PolicyError`
-    when the store has no task names, or not the ones the config's policy was trained with."""
+    """For `policy.task_embed_dim > 0`: `policy.task_names`, the order of the task embedding's rows — the store's
+    (`info`: `describe`) for a new policy; kept when the config has them (a resumed run's): the store's tasks are then
+    matched to them by name, in whatever order the store lists them (the dataset renumbers its windows' tasks,
+    `task_order`). `PolicyError` when the store has no task names, or trains a task the policy does not know."""
     if not (OmegaConf.select(cfg, "policy.task_embed_dim", default=0) or 0): return
     names = list(info.task_names or [])
     if not names:
@@ -587,7 +589,10 @@ def task_conditioning(cfg, info):
                           "(meta/episode_task and the task_names attribute, which dpt merge and dpt convert write); "
                           "merge the task stores, or set policy.task_embed_dim=0")
     have = list(OmegaConf.select(cfg, "policy.task_names", default=None) or [])
-    if have and have != names:
-        raise PolicyError(f"{info.path}: tasks {names}, but the policy's task embedding was learned for {have} "
-                          "(policy.task_names): use a store with those tasks in that order")
-    OmegaConf.update(cfg, "policy.task_names", names, force_add=True)
+    if not have: return OmegaConf.update(cfg, "policy.task_names", names, force_add=True)
+    sel = list(OmegaConf.select(cfg, "task.dataset.tasks", default=None) or names)
+    unknown = [n for n in sel if n not in have]
+    if unknown:
+        raise PolicyError(f"{info.path}: task {unknown[0]!r} is not one the policy's task embedding was learned for "
+                          f"(policy.task_names: {', '.join(have)}); train only those (task.dataset.tasks=[...]) or "
+                          "start a new run folder")

@@ -32,7 +32,8 @@ from .parallelize import _amp, _grad_norm, _to, no_sync, rendezvous, wrap
 from .watcher import check_rollouts
 
 # %% auto #0
-__all__ = ['ema_decay', 'EMA', 'make_ema', 'norm_keys', 'optimizer_step', 'train_worker', 'RunResult', 'BackgroundRun', 'train']
+__all__ = ['ema_decay', 'EMA', 'make_ema', 'norm_keys', 'optimizer_step', 'train_worker', 'RunResult', 'BackgroundRun',
+           'resumed_tasks', 'train']
 
 # %% ../nbs/05_train.ipynb #c90f0dac
 def ema_decay(step: int, power=0.75, inv_gamma=1.0, min_value=0.0, max_value=0.9999) -> float:
@@ -162,7 +163,8 @@ def _build(R, policy=None):
     if not D.zarr_path: raise TrainError("task.dataset.zarr_path is not set (dpt train --data PATH)")
     info = describe(D.zarr_path)   # once per rank: the loader, the shape check and the normalizer read it
     check_store_shapes(cfg, info)
-    task_conditioning(cfg, info)   # policy.task_names from the store (under torchrun train() has not run)
+    resumed_tasks(cfg, R.run_dir)   # under torchrun train() has not run: a resumed run's own task order
+    task_conditioning(cfg, info)   # policy.task_names from the store, or the store's matched to the run's
     R.loader = rank_loader(cfg, R.rank, R.world, R.device, batch_size=p.per_device_batch, info=info)
     R.ds, R.train_ds, R.val_ds = R.loader.dataset, R.loader.train, R.loader.val
     R.mixture, R.tasks = R.loader.mixture, R.ds.task_names
@@ -324,10 +326,24 @@ def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
     return BackgroundRun(rd, proc, log)
 
 # %% ../nbs/05_train.ipynb #6f956617
+def resumed_tasks(cfg, rd: Path):
+    """A resumed task-conditioned run keeps the task order its embedding was learned in (its `config.yaml`'s
+    `policy.task_names`), whatever order the store lists its tasks in; `TrainError` when the config names others."""
+    f = Path(rd) / "config.yaml"
+    if not (cfg.training.resume and f.exists() and (Path(rd) / "checkpoints" / "latest").exists()): return
+    old = list(OmegaConf.select(OmegaConf.load(f), "policy.task_names", default=None) or [])
+    new = list(OmegaConf.select(cfg, "policy.task_names", default=None) or [])
+    if not old or not (OmegaConf.select(cfg, "policy.task_embed_dim", default=0) or 0): return
+    if new and new != old:
+        raise TrainError(f"{rd}: resume: the run's task embedding was learned for {old} (config.yaml); "
+                         f"policy.task_names={new} would give each task another's row: leave policy.task_names unset")
+    OmegaConf.update(cfg, "policy.task_names", old, force_add=True)
+
 def _check_store(cfg, info):
     """The store against the config, once, before any process starts: shapes, a task-conditioned policy's task names
-    (policy chapter), the task mixture, the simulator the rollouts need."""
+    (a resumed run's own, `resumed_tasks`; policy chapter), the task mixture, the simulator the rollouts need."""
     check_store_shapes(cfg, info)
+    resumed_tasks(cfg, _run_dir(cfg))
     task_conditioning(cfg, info)
     check_mixture(cfg, info)
     check_rollouts(cfg, info)
