@@ -152,12 +152,15 @@ class SequenceDataset(torch.utils.data.Dataset):
     @property
     def lengths(self) -> np.ndarray: return self.ends - np.concatenate([[0], self.ends[:-1]])
 
-    def _task_order(self, order: list):
-        "Task indices renumbered by name into `order` (a policy's task names); the store's others after them."
-        extra = [n for n in self.task_names if n not in order]
-        names = list(order) + extra
-        lut = np.asarray([names.index(n) for n in self.task_names], dtype=np.int64)
-        self.episode_task, self.task_names = lut[self.episode_task], names
+
+# %% ../nbs/03_dataset.ipynb #30d0a055
+@patch
+def _task_order(self: SequenceDataset, order: list):
+    "Task indices renumbered by name into `order` (a policy's task names); the store's others after them."
+    extra = [n for n in self.task_names if n not in order]
+    names = list(order) + extra
+    lut = np.asarray([names.index(n) for n in self.task_names], dtype=np.int64)
+    self.episode_task, self.task_names = lut[self.episode_task], names
 
 # %% ../nbs/03_dataset.ipynb #f1eee92e
 @patch(as_prop=True)

@@ -242,7 +242,8 @@ def evaluate(run, store=None, split: str | None = None, *, max_windows: int = 25
     tid, known = None, _policy_tasks(policy)
     if task_name is not None:
         if known is not None and task_name not in known:
-            raise EvalError(f"task {task_name!r}: the policy is conditioned on {', '.join(known)}; evaluate one of them")
+            raise EvalError(f"task {task_name!r}: the policy is conditioned on {', '.join(known)}; evaluate one of "
+                            "them")
         if task_name not in eval_ds.task_names:
             raise EvalError(f"task {task_name!r}: {store} has tasks {eval_ds.task_names or '(none named)'}")
         tid = eval_ds.task_names.index(task_name)
