@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 # %% auto #0
@@ -39,7 +40,7 @@ def write_checkpoint(run_dir: Path, step: int, model, ema, state: dict, keep: in
             save_file({k: v.detach().cpu().contiguous() for k, v in esd.items()}, str(tmp / "ema.safetensors"))
         torch.save(state, tmp / "state.pt")
         if info is not None: (tmp / "info.json").write_text(json.dumps(info))   # step, training seconds: small
-    except (OSError, RuntimeError) as e:   # torch.save reports a full disk as a RuntimeError from its zip writer
+    except (OSError, RuntimeError, SafetensorError) as e:   # torch.save: a RuntimeError; safetensors: its own
         if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
         need = _tensor_bytes(msd) * (2 if esd is not None else 1) + _tensor_bytes(state)
         free = shutil.disk_usage(ck).free

@@ -39,6 +39,16 @@ def shard_units(model) -> list:
 def _first_line(e) -> str:
     return next((l.strip() for l in str(e).splitlines() if l.strip()), type(e).__name__)
 
+def _dcp_cause(e) -> str:
+    "A DCP failure in words: the first failing rank's own error (a `CheckpointException` wraps them), else `e`'s."
+    fails = getattr(e, "failures", None) or {}
+    if fails:
+        r = min(fails)
+        f = fails[r]
+        inner = f[0] if isinstance(f, tuple) else f   # torch keeps each rank's (error, traceback)
+        return f"rank {r}: {type(inner).__name__}: {_first_line(inner)[:160]}"
+    return f"{type(e).__name__}: {_first_line(e)[:160]}"
+
 def one_rank_group(device_type: str = "cpu"):
     "A process group of one rank (in memory) where none exists: FSDP at world 1 (notebooks, a lone `train_worker`)."
     if not dist.is_initialized():
@@ -166,8 +176,18 @@ def save_optimizer(model, opt, folder) -> list:
     """Every rank writes its shard of `opt`'s state into `folder` (DCP); returns the files a reader needs
     (`.metadata` and one `.distcp` per rank). Every rank calls it."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-    dcp.save({"optimizer": get_optimizer_state_dict(model, opt)}, checkpoint_id=str(folder))
+    try: dcp.save({"optimizer": get_optimizer_state_dict(model, opt)}, checkpoint_id=str(folder))
+    except CheckpointException as e:   # not an Exception: the ranks' own errors are inside it
+        import shutil
+        ck = Path(folder).parent.parent
+        free = shutil.disk_usage(ck).free   # as the writes left it, before the partial shards go
+        if not dist.is_initialized() or dist.get_rank() == 0: shutil.rmtree(Path(folder).parent, ignore_errors=True)
+        prev = (ck / "latest").read_text().strip() if (ck / "latest").exists() else None
+        raise TrainError(f"{folder}: the ranks could not write their optimizer shards ({_dcp_cause(e)}; "
+                         f"{free / 1e6:.1f} MB free); nothing was written"
+                         + (f"; {prev} is still 'latest'" if prev else "")) from None
     world = dist.get_world_size() if dist.is_initialized() else 1
     return [".metadata"] + [f"__{r}_0.distcp" for r in range(world)]
 
@@ -180,11 +200,15 @@ def load_optimizer(model, opt, folder, files=()):
     folder = Path(folder)
     check_shards(folder, files)
     if not opt.state: opt.zero_grad(set_to_none=True)   # torch makes the state to fill only where no gradient is
+    from torch.distributed.checkpoint.api import CheckpointException
     osd = get_optimizer_state_dict(model, opt)
     try: dcp.load({"optimizer": osd}, checkpoint_id=str(folder))
-    except Exception as e:
-        raise TrainError(f"{folder}: the sharded optimizer state cannot be read ({type(e).__name__}: "
-                         f"{_first_line(e)[:200]})") from None
+    except (Exception, CheckpointException) as e:   # DCP's CheckpointException is not an Exception
+        others = sorted(p.name for p in folder.parent.parent.glob("step_*") if p.is_dir() and p != folder.parent)
+        raise TrainError(f"{folder}: the sharded optimizer state cannot be read ({_dcp_cause(e)}); a shard file is "
+                         "damaged or incomplete: copy the whole checkpoint folder again"
+                         + (f", or resume from {others[-1]} (write its name into {folder.parent.parent / 'latest'})"
+                            if others else "")) from None
     set_optimizer_state_dict(model, opt, osd)
 
 def optimizer_from_ids(model, opt, sd: dict):

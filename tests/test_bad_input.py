@@ -801,6 +801,39 @@ def _(tmp):
            tmp / "o.zarr", progress=False, workers=1)
     assert not (tmp / "o.zarr").exists()
 
+TINY = ["--config", "test", "--data", ROOT / "data/tasks/beat_block_hammer.zarr", "--no-progress",
+        "policy.down_dims=[16,32]", "policy.diffusion_step_embed_dim=16"]
+
+@row("T19", "train", "the disk fills while the weights are written (safetensors' own error; tmpfs smaller than the model)", "the disk is full: checkpoint step_000001 needs about … MB, … MB are free; nothing was written", "no checkpoint, no temporary folder")
+def _(tmp):
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256))   # 0.5 MB of weights
+    with tmpfs(tmp / "small", "300k") as d:
+        raises(TrainError, "the disk is full: checkpoint step_000001 needs about", _write_checkpoint, d, 1, model, None,
+               {"step": 1}, keep=5)
+        assert files(d) == ["checkpoints"]                                                       # nothing half-written
+
+@row("T20", "train", "an fsdp checkpoint with a truncated optimizer shard, resumed", "the sharded optimizer state cannot be read (rank …); a shard file is damaged or incomplete: copy the whole checkpoint folder again", "nothing new")
+def _(tmp):
+    rd = _copy(ROOT / "tests/data/runs_0.1.0/fsdp", tmp / "r")
+    f = rd / "checkpoints/step_000004/optimizer/__1_0.distcp"
+    f.write_bytes(f.read_bytes()[:1000])
+    before = files(rd)
+    r = dpt("train", *TINY, "--out", rd, "--resume", "--nprocs", "2", "training.max_steps=6", "training.strategy=fsdp",
+            check=1)
+    assert "the sharded optimizer state cannot be read (rank" in r.stderr and "copy the whole checkpoint" in r.stderr, \
+        r.stderr
+    assert r.stderr.count("\n") == 1 and "CheckpointException" not in r.stderr
+    assert [f for f in files(rd) if not f.startswith(("logs", ".lock", "config.yaml"))] == \
+        [f for f in before if not f.startswith(("logs", ".lock", "config.yaml"))]
+
+@row("T21", "train", "the disk fills while fsdp ranks write their optimizer shards (tmpfs)", "the ranks could not write their optimizer shards (rank …; … MB free); nothing was written", "no temporary folder of shards")
+def _(tmp):
+    with tmpfs(tmp / "small", "1500k") as d:
+        r = dpt("train", *TINY, "--out", d / "run", "--nprocs", "2", "training.max_steps=2", "training.checkpoint_every=0",
+                "training.strategy=fsdp", check=1)
+        assert "could not write their optimizer shards" in r.stderr and "nothing was written" in r.stderr, r.stderr
+        assert not list((d / "run" / "checkpoints").glob(".step_*")), files(d)
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
