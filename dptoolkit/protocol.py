@@ -5,6 +5,7 @@
 # %% ../nbs/04e_protocol.ipynb #7b633c80
 from __future__ import annotations
 import importlib, inspect
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -48,13 +49,20 @@ def policy_target(cls) -> str:
 def _import(target: str) -> type:
     "The class at `package.module.Class` (PolicyError naming the path when it cannot be imported)."
     mod, _, name = str(target).rpartition(".")
-    if mod == "__main__" or not mod:
+    if not mod:
+        raise PolicyError(f"policy._target_={target!r}: expected the class's import path, package.module.Class "
+                          f"(e.g. mypolicies.{target} for a class {target} in mypolicies.py)")
+    if mod == "__main__":
         raise PolicyError(f"policy._target_={target!r}: a class from a notebook cell or a script's __main__ has no "
                           "import path; pass the class itself (train(cfg, policy=Class), load_policy(run, "
                           "policy=Class)) or move it into a module")
     try: return getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError) as e:
-        raise PolicyError(f"policy._target_={target!r}: cannot import it ({type(e).__name__}: {e})") from None
+        top = mod.split(".")[0]
+        here = next((p for p in (Path.cwd() / f"{top}.py", Path.cwd() / top) if p.exists()), None)
+        hint = (f"; {here.name} is in the current folder, which dpt does not search: run it with PYTHONPATH=. (or "
+                "install the module)" if isinstance(e, ModuleNotFoundError) and here is not None else "")
+        raise PolicyError(f"policy._target_={target!r}: cannot import it ({type(e).__name__}: {e}){hint}") from None
 
 # %% ../nbs/04e_protocol.ipynb #e515c40f
 def check_policy_class(cls) -> type:

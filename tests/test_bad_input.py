@@ -834,6 +834,22 @@ def _(tmp):
         assert "could not write their optimizer shards" in r.stderr and "nothing was written" in r.stderr, r.stderr
         assert not list((d / "run" / "checkpoints").glob(".step_*")), files(d)
 
+@row("X15", "train", "`policy._target_=mypolicies.MyPolicy`, the module in the current folder (which `dpt` does not search)", "cannot import it (ModuleNotFoundError: No module named 'mypolicies'); mypolicies.py is in the current folder, which dpt does not search: run it with PYTHONPATH=.", "nothing; with PYTHONPATH=. the run trains")
+def _(tmp):
+    (tmp / "mypolicies.py").write_text("from dptoolkit.policy import DiffusionPolicy\nclass MyPolicy(DiffusionPolicy): pass\n")
+    args = [*TINY, "--nprocs", "1", "training.max_steps=2", "policy._target_=mypolicies.MyPolicy"]
+    r = dpt("train", *args, "--out", tmp / "a", cwd=tmp, check=1)
+    assert "run it with PYTHONPATH=." in r.stderr and not (tmp / "a").exists(), r.stderr
+    r = dpt("train", *args, "--out", tmp / "b", cwd=tmp, env={"PYTHONPATH": "."}, check=0)   # the fix it names works
+    assert (tmp / "b" / "checkpoints" / "step_000002").exists()
+    r = dpt("train", *TINY, "--nprocs", "1", "--out", tmp / "c", "policy._target_=MyPolicy", cwd=tmp, check=1)
+    assert "expected the class's import path, package.module.Class" in r.stderr, r.stderr
+
+@row("X16", "train", "`policy.objective=flow policy.sampler=ddim`", "policy.sampler=ddim: a flow policy samples in Euler steps (policy.num_inference_steps), never with a DDPM/DDIM scheduler; drop policy.sampler")
+def _(tmp):
+    r = dpt("train", *TINY, "--nprocs", "1", "--out", tmp / "a", "policy.objective=flow", "policy.sampler=ddim", check=1)
+    assert "a flow policy samples in Euler steps" in r.stderr and not (tmp / "a").exists(), r.stderr
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
