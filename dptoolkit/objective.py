@@ -134,6 +134,6 @@ def make_objective(name: str = "ddpm", num_train_timesteps: int = 100, beta_sche
         raise ValueError(f"policy.objective={name!r}: expected one of {', '.join(OBJECTIVES)}")
     if name == "ddpm": return DDPMObjective(num_train_timesteps, beta_schedule, prediction_type, sampler)
     if sampler not in (None, "ddpm"):   # the configs' default sampler is DDPM's; asking for another is a mistake
-        raise ValueError(f"policy.sampler={sampler}: a flow policy samples in Euler steps (policy.num_inference_steps), "
-                         "never with a DDPM/DDIM scheduler; drop policy.sampler")
+        raise ValueError(f"policy.sampler={sampler}: a flow policy samples in Euler steps "
+                         "(policy.num_inference_steps), never with a DDPM/DDIM scheduler; drop policy.sampler")
     return FlowObjective(float(num_train_timesteps), prediction_type)
