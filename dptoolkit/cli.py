@@ -305,9 +305,12 @@ def cmd_slurm(a):
 # %% ../nbs/08_cli.ipynb #806a89cb
 def cmd_export(a):
     from dptoolkit.interop import export
+    import torch
     out = export(a.run, a.output, task_name=a.task_name, output_dir=a.output_dir)
+    has = "optimizer" in torch.load(out, weights_only=False, mmap=True, map_location="cpu")["state_dicts"]   # ours
     print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): a diffusion_policy / RoboTwin checkpoint (cfg, "
-          "state_dicts model + ema_model + optimizer, pickles global_step + epoch)")
+          f"state_dicts model + ema_model{' + optimizer' if has else ''}, pickles global_step + epoch)"
+          + ("" if has else "; no optimizer state in the run's checkpoint: AdamW starts afresh on resume"))
 
 def cmd_import(a):
     import torch

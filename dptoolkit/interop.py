@@ -323,6 +323,18 @@ def from_dp_optimizer_state(policy, opt_sd: dict, dp_keys: list, source="checkpo
     return {"state": state, "param_groups": [g]}
 
 # %% ../nbs/10_interop.ipynb #10119b50
+def _whole_optimizer(cfg, model, where: Path, dcp: dict) -> dict:
+    """An fsdp run's optimizer shards (`optimizer_dcp` in its `state.pt`) read whole in this one process (DCP
+    reshards onto `model`'s plain parameters, grouped as training grouped them): `opt.state_dict()`."""
+    from dptoolkit.fsdp import load_optimizer, one_rank_group
+    O = cfg.optimizer
+    groups = model.param_groups(O.weight_decay) if hasattr(model, "param_groups") else list(model.parameters())
+    opt = torch.optim.AdamW(groups, lr=float(O.lr), betas=tuple(O.betas), eps=float(O.eps),
+                            weight_decay=float(O.weight_decay))
+    one_rank_group()
+    load_optimizer(model, opt, where / dcp["folder"], dcp["files"])
+    return opt.state_dict()
+
 def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) -> Path:
     """Write a run's model, EMA and optimizer as a diffusion_policy / RoboTwin checkpoint (`torch.save` of `cfg`,
     `state_dicts` {model, ema_model, optimizer}, `pickles` {_output_dir, epoch, global_step}) that RoboTwin's
@@ -339,6 +351,7 @@ def export(run_dir, out, *, checkpoint=None, task_name=None, output_dir=None) ->
     ema = policy_from_weights(cfg, ck["ema"], where / "ema.safetensors") if ck["ema"] is not None else model
     sds = {"model": dp_state_dict(model, ROBOTWIN_CAMERAS), "ema_model": dp_state_dict(ema, ROBOTWIN_CAMERAS)}
     st = ck["state"] or {}
+    if st.get("optimizer_dcp"): st = dict(st, optimizer=_whole_optimizer(cfg, model, where, st["optimizer_dcp"]))
     if st.get("optimizer"): sds["optimizer"] = dp_optimizer_state(model, st["optimizer"], list(sds["model"]))
     out = Path(out)
     pickles = {"_output_dir": None if output_dir is None else str(output_dir), "epoch": int(st.get("epoch", 0)),

@@ -162,3 +162,20 @@ def test_pairwise_collectives_gather_and_reduce_like_gloo():
             assert row["gather"] and row["gather_as_gloo"], (rank, row)
             for op in ("SUM", "AVG"):
                 assert max(row[op]) < 1e-6, (rank, op, row)
+
+
+def test_export_of_an_fsdp_run_holds_its_optimizer(tmp_path):
+    "Issue 69: `dpt export` of an fsdp run said '+ optimizer' and wrote none; the shards are now read whole into it."
+    from conftest import ROOT, dpt
+    run = ROOT / "tests" / "data" / "runs_0.1.0"
+    outs = {}
+    for strategy in ("fsdp", "ddp"):
+        r = dpt("export", run / strategy, "-o", tmp_path / f"{strategy}.ckpt", check=0)
+        assert "+ optimizer" in r.stdout, r.stdout
+        outs[strategy] = torch.load(tmp_path / f"{strategy}.ckpt", weights_only=False)["state_dicts"]["optimizer"]
+    a, b = outs["fsdp"], outs["ddp"]
+    assert sorted(a["state"]) == sorted(b["state"]) and len(a["state"]) > 50
+    k = sorted(a["state"])[0]
+    assert {n: tuple(getattr(v, "shape", ())) for n, v in a["state"][k].items()} == \
+        {n: tuple(getattr(v, "shape", ())) for n, v in b["state"][k].items()}
+    assert int(a["state"][k]["step"]) == 4 and float(a["state"][k]["exp_avg_sq"].abs().sum()) > 0   # the run's moments
