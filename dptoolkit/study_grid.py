@@ -48,6 +48,17 @@ def _study_key(cfg, grid, seeds) -> dict:
     return dict(config=OmegaConf.to_container(cfg), grid={k: list(v) for k, v in grid.items()},
                 seeds=[int(s) for s in seeds])
 
+def _model_error(cfg) -> str | None:
+    "Why the packaged policy cannot be built from `cfg` (on the meta device: no memory, no time), or None."
+    import torch
+    from dptoolkit.protocol import policy_class
+    try:
+        cls = policy_class(cfg)
+        if not getattr(cls, "checks_on_meta", False): return None   # another class: train's own check builds it
+        with torch.device("meta"): cls.from_config(cfg)
+    except Exception as e: return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+    return None
+
 def check_study(cfg, grid: dict, seeds, out=None) -> list:
     "The runs of `grid` × `seeds` on `cfg` (`study_runs`), or `StudyError` naming what is wrong; nothing is written."
     if not isinstance(grid, dict): raise StudyError(f"grid={grid!r}: expected a mapping KEY -> list of values")
@@ -63,12 +74,16 @@ def check_study(cfg, grid: dict, seeds, out=None) -> list:
     if bad: raise StudyError(f"seeds: {bad[0]!r} is not an integer")
     rep = sorted({s for s in seeds if seeds.count(s) > 1})
     if rep: raise StudyError(f"seeds={seeds}: {rep[0]} is repeated (each training seed once)")
-    runs = study_runs(grid, seeds)
+    runs, built = study_runs(grid, seeds), {}
+    base_builds = _model_error(cfg) is None   # a base that does not build is not the grid's doing: train says why
     for r in runs:
         c = OmegaConf.create(OmegaConf.to_container(cfg))
         OmegaConf.set_struct(c, True)
         try: apply_overrides(c, r["overrides"])
         except ConfigError as e: raise StudyError(f"run {r['name']}: {e}") from None
+        if base_builds and r["recipe"] not in built:   # each recipe's model, built once on the meta device
+            built[r["recipe"]] = why = _model_error(c)
+            if why: raise StudyError(f"run {r['name']}: its model cannot be built ({why}); change that grid value")
     if out is not None: _check_out(Path(out), _study_key(cfg, grid, seeds))
     return runs
 

@@ -45,6 +45,9 @@ def test_bad_studies_are_refused_before_any_run(merged, tmp_path):
         (["--grid", "optimizer.lr=1e-3,", "--out", tmp_path / "b"], "an empty value"),
         (["--grid", "policy.objective=ddpm", "--seeds", "0,1,0", "--out", tmp_path / "c"], "0 is repeated"),
         (["--grid", "policy.objective=ddpm,dpm", "--out", tmp_path / "d"], "expected one of ddpm, flow"),
+        # issue 69: a value every key accepts whose model cannot exist (3 heads do not divide n_emb 32): before any run
+        (["policy.denoiser=transformer", "--grid", "policy.transformer.n_head=2,3", "--out", tmp_path / "e"],
+         "policy.transformer.n_head=3-seed0: its model cannot be built"),
     ]
     for args, msg in cases:
         r = dpt(*base, *args, check=1)
