@@ -645,6 +645,17 @@ def episode_stats(g, low: dict, feat: dict, lengths, task_of, fps) -> list:
         out.append(s)
     return out
 
+# %% ../nbs/01b_convert.ipynb #93cacb63
+def _only_replaces(dest, overwrite: bool, what: str, is_one):
+    """`--overwrite` replaces `dest` only when it is `what` (`is_one(dest)`) or empty: a folder of other files is
+    refused, naming one, and left as it is."""
+    dest = Path(dest)
+    if not (overwrite and dest.is_dir()) or is_one(dest): return
+    other = next((p for p in sorted(dest.rglob("*")) if p.is_file()), None)
+    if other is not None:
+        raise ConvertError(f"{dest}: holds {other.relative_to(dest)}, which is not part of {what}; --overwrite "
+                           f"replaces only {what}: write to another folder")
+
 # %% ../nbs/01b_convert.ipynb #368ae367
 def _store_fps(attrs) -> float | None:
     "The control rate a store records: its own `fps`, a conversion's, or the ALOHA simulator's 50 Hz."
@@ -676,6 +687,7 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
         if info.arrays[c].shape[2] % 2 or info.arrays[c].shape[3] % 2:
             raise ConvertError(f"{store}: data/{c} frames are {'×'.join(map(str, info.arrays[c].shape[2:]))}; "
                                "LeRobot's yuv420p video needs even heights and widths")
+    _only_replaces(dest, overwrite, "a LeRobot dataset", lambda d: (d / "meta" / "info.json").is_file())
     with atomic_dir(dest, overwrite=overwrite, error=ConvertError) as tmp:
         where = _data_files(tmp, low, lengths, task_of, fps)
         epi = {"episode_index": np.arange(len(ends)), "tasks": [[names[t]] for t in task_of], "length": lengths,

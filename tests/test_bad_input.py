@@ -850,6 +850,18 @@ def _(tmp):
     r = dpt("train", *TINY, "--nprocs", "1", "--out", tmp / "a", "policy.objective=flow", "policy.sampler=ddim", check=1)
     assert "a flow policy samples in Euler steps" in r.stderr and not (tmp / "a").exists(), r.stderr
 
+@row("C14", "convert", "`dpt convert S --to lerobot -o DIR --overwrite` where DIR holds other files", "holds mine.txt, which is not part of a LeRobot dataset; --overwrite replaces only a LeRobot dataset: write to another folder", "DIR as it was (mine.txt kept); a LeRobot dataset there is replaced")
+def _(tmp):
+    store = sample_data(tmp / "d", tasks=1, episodes=2)[0]
+    (tmp / "out").mkdir()
+    (tmp / "out" / "mine.txt").write_text("mine")
+    r = dpt("convert", store, "-o", tmp / "out", "--to", "lerobot", "--overwrite", check=1)
+    assert "holds mine.txt, which is not part of a LeRobot dataset" in r.stderr, r.stderr
+    assert files(tmp / "out") == ["mine.txt"]
+    dpt("convert", store, "-o", tmp / "lr", "--to", "lerobot", check=0)
+    dpt("convert", store, "-o", tmp / "lr", "--to", "lerobot", "--overwrite", check=0)   # a LeRobot dataset: replaced
+    assert (tmp / "lr" / "meta" / "info.json").is_file()
+
 @pytest.mark.parametrize("rid", list(ROWS))
 def test_bad_input(rid, tmp_path, request):
     fn = ROWS[rid][-1]
