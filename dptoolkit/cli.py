@@ -279,6 +279,7 @@ def cmd_rollout(a):
                            max_steps=a.max_steps)
         if a.json: print(recs.to_json(orient="records", indent=1))
         return
+    if a.steps: _steps_note(a.run, a.steps)
     res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                    video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress), task_name=a.task_name,
                    inference_steps=a.steps)]
@@ -292,6 +293,18 @@ def cmd_rollout(a):
         print(rollout_table(res).to_string(float_format=plain))
         for r in res:
             if r.videos: print("videos: " + ", ".join(r.videos))
+
+def _steps_note(run, steps: int):
+    "One line on stderr when a flow run that predicts the velocity is sampled in fewer steps than it was trained for."
+    from omegaconf import OmegaConf
+    from dptoolkit.checkpoint import TrainError, run_config
+    from dptoolkit.objective import make_objective
+    try: p = run_config(run).policy
+    except (TrainError, OSError): return   # a checkpoint folder or a baseline: rollout says what it is
+    try: obj = make_objective(OmegaConf.select(p, "objective", default="ddpm"), prediction_type=p.prediction_type)
+    except ValueError: return
+    note = obj.fewer_steps_note(steps, OmegaConf.select(p, "num_inference_steps", default=None) or obj.default_steps)
+    if note: print(f"note: {run} {note}", file=sys.stderr)
 
 def cmd_slurm(a):
     from dptoolkit.cluster import write_slurm_script, submit
@@ -649,7 +662,8 @@ COMMANDS.update({
               _a("--seed", type=int, default=1000, help="first seed (default 1000)"),
               _a("--task-name", help="the task a task-conditioned policy does (one of its policy.task_names)"),
               _a("--steps", type=count, help="sampling steps per action chunk (default: the policy's own "
-                 "policy.num_inference_steps; a flow policy may sample in 1)"),
+                 "policy.num_inference_steps; a flow policy trained on the clean chunk, policy.prediction_type="
+                 "sample, may sample in 1; one trained on the velocity loses success below its own)"),
               _a("--max-steps", type=count, default=400, help="steps per episode (default 400)"),
               _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),
