@@ -134,6 +134,13 @@ def cmd_config(a):
     n = a.nprocs or resolve_devices().nprocs
     print(OmegaConf.to_yaml(cfg), end="")
     print(f"# plan for {n} process(es)\n" + "\n".join(f"#   {k}: {v}" for k, v in plan(cfg, n).__dict__.items()))
+    from dptoolkit.strategy import memory_summary, memory_warning
+    mem = memory_summary(cfg, n)
+    if mem: print(f"# memory: {mem}")
+    import torch
+    if torch.cuda.is_available():   # what the launch would warn of, said now
+        w = memory_warning(cfg, n, torch.cuda.get_device_properties(0).total_memory)
+        if w: print(f"# warning: {w}")
 
 # %% ../nbs/08_cli.ipynb #4055f33d
 def _at_least(text: str, low: int) -> int:

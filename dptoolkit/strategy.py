@@ -19,7 +19,8 @@ from .fsdp import (bytes_line, checkpoint_activations, load_optimizer, memory_pl
 from .parallelize import _buffer_sync
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'Strategy', 'DDPStrategy', 'FSDPStrategy', 'strategy_for', 'memory_warning', 'save_run', 'restore']
+__all__ = ['STRATEGIES', 'Strategy', 'DDPStrategy', 'FSDPStrategy', 'strategy_for', 'memory_warning', 'memory_summary',
+           'save_run', 'restore']
 
 # %% ../nbs/05g_strategy.ipynb #db81e797
 class Strategy:
@@ -138,6 +139,22 @@ def memory_warning(cfg, world_size: int, device_bytes: int, policy=None) -> str 
     return (f"{s.name}: ~{gb(est[s.name])} per device for the {n / 1e6:.0f} M parameters' weights, gradients, AdamW "
             f"and EMA before any activation; the GPU holds {gb(device_bytes)}: {fix} "
             "(training.activation_checkpointing=true saves activations)")
+
+# %% ../nbs/05g_strategy.ipynb #1985a43b
+def memory_summary(cfg, world_size: int, policy=None) -> str | None:
+    """One line: the bytes per rank of parameters, gradients, AdamW and EMA under `cfg`'s strategy at `world_size`
+    (and under the other), before activations; None when the policy cannot be built on the meta device."""
+    from dptoolkit.protocol import build_policy
+    try:
+        with torch.device("meta"): m = build_policy(cfg, policy=policy)
+    except Exception: return None
+    n = sum(p.numel() for p in m.parameters())
+    big = max((sum(p.numel() for p in u.parameters()) for u in shard_units(m)), default=0)
+    est, s = memory_plan(n, world_size, bool(cfg.ema.enable), big), strategy_for(cfg)
+    other = next(k for k in STRATEGIES if k != s.name)
+    gb = lambda b: f"{b / 1e9:.2f} GB"
+    return (f"{s.name} at world {world_size}: {gb(est[s.name])} per rank for the {n / 1e6:.1f} M parameters' weights, "
+            f"gradients, AdamW{' and EMA' if cfg.ema.enable else ''} before activations ({other}: {gb(est[other])})")
 
 # %% ../nbs/05g_strategy.ipynb #e9e83eb9
 @torch.no_grad()

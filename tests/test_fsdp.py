@@ -179,3 +179,13 @@ def test_export_of_an_fsdp_run_holds_its_optimizer(tmp_path):
     assert {n: tuple(getattr(v, "shape", ())) for n, v in a["state"][k].items()} == \
         {n: tuple(getattr(v, "shape", ())) for n, v in b["state"][k].items()}
     assert int(a["state"][k]["step"]) == 4 and float(a["state"][k]["exp_avg_sq"].abs().sum()) > 0   # the run's moments
+
+
+def test_dpt_config_says_the_memory_per_rank_before_anything_starts():
+    "Issue 69: memory was learnt only at launch (the rank banner); `dpt config` says it now, for either strategy."
+    from conftest import dpt
+    r = dpt("config", "14", "--nprocs", "2", "training.strategy=fsdp", check=0)
+    line = next(l for l in r.stdout.splitlines() if l.startswith("# memory:"))
+    assert "fsdp at world 2:" in line and "96.8 M parameters" in line and "(ddp: 1.94 GB)" in line, line
+    r = dpt("config", "14", "--nprocs", "2", check=0)
+    assert "# memory: ddp at world 2: 1.94 GB per rank" in r.stdout
