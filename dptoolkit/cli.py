@@ -125,6 +125,17 @@ def cmd_convert(a):
     else: print(out)
     print(f"converted in {time.time() - t0:.1f} s")
 
+# %% ../nbs/08_cli.ipynb #3fec3607
+def _print_memory(cfg, n: int):
+    "`dpt config`'s memory lines: each rank's model state (strategy chapter), and on a GPU the launch's warning."
+    import torch
+    from dptoolkit.strategy import memory_summary, memory_warning
+    mem = memory_summary(cfg, n)
+    if mem: print(f"# memory: {mem}")
+    if torch.cuda.is_available():   # what the launch would warn of, said now
+        w = memory_warning(cfg, n, torch.cuda.get_device_properties(0).total_memory)
+        if w: print(f"# warning: {w}")
+
 def cmd_config(a):
     from omegaconf import OmegaConf
     from dptoolkit.config import for_store, load_config, plan, select_config, resolve_devices
@@ -134,13 +145,7 @@ def cmd_config(a):
     n = a.nprocs or resolve_devices().nprocs
     print(OmegaConf.to_yaml(cfg), end="")
     print(f"# plan for {n} process(es)\n" + "\n".join(f"#   {k}: {v}" for k, v in plan(cfg, n).__dict__.items()))
-    from dptoolkit.strategy import memory_summary, memory_warning
-    mem = memory_summary(cfg, n)
-    if mem: print(f"# memory: {mem}")
-    import torch
-    if torch.cuda.is_available():   # what the launch would warn of, said now
-        w = memory_warning(cfg, n, torch.cuda.get_device_properties(0).total_memory)
-        if w: print(f"# warning: {w}")
+    _print_memory(cfg, n)
 
 # %% ../nbs/08_cli.ipynb #4055f33d
 def _at_least(text: str, low: int) -> int:
