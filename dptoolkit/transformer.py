@@ -80,11 +80,18 @@ class TransformerDenoiser(nn.Module):
         shift, scale = self.final_mod(c)[:, None].chunk(2, dim=-1)
         return self.head(self.ln_f(x) * (1 + scale) + shift)
 
+
+# %% ../nbs/04d_transformer.ipynb #21c79ceb
 def _init_weights(m):
-    "GPT-style initialisation, as diffusion_policy's: N(0, 0.02) weights, zero biases, unit LayerNorm."
+    """GPT-style initialisation, as diffusion_policy's: N(0, 0.02) weights — attention's packed q, k, v projection
+    (`in_proj_weight`) too, which PyTorch would leave Xavier-uniform —, zero biases, unit LayerNorm."""
     if isinstance(m, nn.Linear):
         nn.init.normal_(m.weight, 0.0, 0.02)
         if m.bias is not None: nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.MultiheadAttention):
+        for w in (m.in_proj_weight, m.q_proj_weight, m.k_proj_weight, m.v_proj_weight):
+            if w is not None: nn.init.normal_(w, 0.0, 0.02)
+        if m.in_proj_bias is not None: nn.init.zeros_(m.in_proj_bias)
     elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
         nn.init.ones_(m.weight)
         nn.init.zeros_(m.bias)
