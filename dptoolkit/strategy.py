@@ -80,8 +80,8 @@ class DDPStrategy(Strategy):
                    find_unused_parameters=R.cfg.ddp.find_unused_parameters, bucket_cap_mb=R.cfg.ddp.bucket_cap_mb,
                    **_buffer_sync(bn))
 
-    def no_sync(self, R):
-        return R.net.no_sync() if isinstance(R.net, DDP) else contextlib.nullcontext()
+    def no_sync(self, R):   # DDP's own, reached through a compiled wrapper too (it forwards attributes)
+        return R.net.no_sync() if R.world > 1 else contextlib.nullcontext()
 
     def checkpoint_parts(self, R) -> tuple:
         return R.model, R.ema, dict(optimizer=R.opt.state_dict()) if R.is_main else None, None
