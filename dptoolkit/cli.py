@@ -13,7 +13,7 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 __all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
            'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval',
            'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo', 'cmd_demo',
-           'cmd_study', 'build_parser', 'threading_main', 'main']
+           'cmd_study', 'cmd_finetune', 'build_parser', 'threading_main', 'main']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -230,9 +230,26 @@ def run_folders(paths) -> list:
     return out
 
 # %% ../nbs/08_cli.ipynb #a2c165db
+def _rl_report(a, runs) -> bool:
+    "Fine-tuning runs (rl chapter): their table, and success against episodes and wall time with -o; False otherwise."
+    from dptoolkit.rl import is_rl_run, plot_rl, rl_summary
+    rl = [is_rl_run(r) for r in runs]
+    if not any(rl): return False
+    if not all(rl):
+        raise CLIError("report training runs and fine-tuning runs (dpt finetune) separately: "
+                       + ", ".join(str(r) for r, x in zip(runs, rl) if x) + " fine-tuned")
+    s = rl_summary(runs)
+    print(s.to_json(orient="records", indent=1) if a.json else s.to_string(index=False, float_format=plain))
+    if a.output:
+        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+        plot_rl(runs).savefig(a.output, dpi=110)
+        print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
+    return True
+
 def cmd_report(a):
     from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, pyplot
     runs = run_folders(a.runs)
+    if _rl_report(a, runs): return
     s = summarize(runs, warmup=a.warmup if a.warmup == "auto" else int(a.warmup), combine=a.combine, target=a.target)
     cols = ["run", "world_size", "per_device_batch", "global_batch", "steps", "samples_per_s", "samples_per_s_iqr",
             "speedup", "efficiency", "data_share", "final_loss"]
@@ -744,6 +761,36 @@ COMMANDS.update({
               _a("--submit", action="store_true", help="with --slurm: sbatch it"),
               _a("--task", type=int, help=argparse.SUPPRESS),   # one run of DIR (the scheduler's, an array task's)
               _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for every run")]),
+})
+
+# %% ../nbs/08_cli.ipynb #5d8343d0
+def cmd_finetune(a):
+    from dptoolkit.rl import finetune, finetune_worker, prepare_finetune
+    if _scheduler_env():   # torchrun / srun started this rank: the worker here, every check first
+        import torch.distributed as dist
+        cfg = prepare_finetune(a.run, a.out, int(os.environ["WORLD_SIZE"]), a.overrides)
+        try: res = finetune_worker(cfg)
+        finally:
+            if dist.is_initialized(): dist.destroy_process_group()
+        print(json.dumps(res))
+        return
+    _fork_server()
+    res = finetune(a.run, out=a.out, nprocs=a.nprocs, overrides=a.overrides, progress=not a.no_progress)
+    print(json.dumps(res.metrics))
+
+COMMANDS.update({
+    "finetune": dict(fn=cmd_finetune, help="RL post-training: a run's policy improved on its own rollouts (RIPT)",
+        description="Play RUN's policy in the simulator on N ranks (each rank its own initial states, rl.group "
+                    "rollouts each), reward success, and update it by leave-one-out PPO; writes a run folder that dpt "
+                    "rollout / eval / report read. Again on the same --out: continues from its last checkpoint. "
+                    "Under torchrun: torchrun --nproc-per-node 2 -m dptoolkit.cli finetune RUN --out DIR.",
+        examples=["dpt finetune runs/bc rl.iterations=20 rl.states=4 --out runs/bc-rl --nprocs 2",
+                  "dpt finetune runs/bc rl.noise=learned rl.lr=3e-5 --out runs/bc-rl",
+                  "dpt finetune runs/bc rl.iterations=30 --out runs/bc-rl"],
+        args=[_a("run", help="the run folder to start from (its latest checkpoint's EMA policy)"),
+              _a("--out", required=True, help="the fine-tuned run's folder"),
+              _a("--nprocs", type=count, default=2, help="ranks (default 2; each plays its own initial states)"),
+              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="rl.* settings, e.g. rl.group=8")]),
 })
 
 # %% ../nbs/08_cli.ipynb #87b4f36e

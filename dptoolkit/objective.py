@@ -4,7 +4,7 @@
 
 # %% ../nbs/04f_objective.ipynb #fa299d22
 from __future__ import annotations
-import contextlib, os
+import contextlib, math, os
 
 import torch
 from torch import nn
@@ -34,9 +34,18 @@ class Objective(nn.Module):
         "From `noise` to a clean chunk in `steps` steps; `denoise(x, model_time)` is the denoiser with its condition."
         raise NotImplementedError
 
-    def log_prob(self, *args, **kwargs):
-        "The log-likelihood of a sampled chunk under a stochastic sampler: RL post-training (its own issue)."
-        raise NotImplementedError(f"objective {self.name}: log_prob of a sampled chunk is not built yet")
+    def sde_step(self, x, out, t, dt: float, noise_level: float = 0.5, std=None) -> tuple:
+        """(mean, std) of one stochastic sampling step from `x` at time `t` given the denoiser's output `out`: what RL
+        post-training needs of an objective (rl chapter). Objectives without such a sampler say so."""
+        raise NotImplementedError(f"objective {self.name}: no stochastic sampler with a likelihood yet (RL "
+                                  "post-training needs policy.objective=flow; DDPM with DDIM eta=1 is not built)")
+
+    @staticmethod
+    def log_prob(x_next, mean, std) -> torch.Tensor:
+        "log N(`x_next`; `mean`, `std`²) summed over all but the first dimension: one step's log-likelihood per sample."
+        z = (x_next - mean) / std
+        logp = -0.5 * z.pow(2) - torch.log(std) - 0.5 * math.log(2 * math.pi)
+        return logp.flatten(1).sum(1) if logp.ndim > 1 else logp
 
     def fewer_steps_note(self, steps: int, own: int) -> str | None: return None
 
@@ -125,6 +134,16 @@ class FlowObjective(Objective):
 
     def sample(self, denoise, noise, steps, generator=None):
         return euler_sample(lambda x, t: self.velocity(denoise(x, self.model_time(t)), x, t), noise, steps)
+
+    def sde_step(self, x, out, t, dt, noise_level=0.5, std=None):
+        """One step from time t to t − dt of the SDE with the Euler ODE's marginals (πRL's flow-SDE, Flow-GRPO's
+        sampler), σ_t = `noise_level`·√(t / (1 − t)) (1 − t at t = 1 taken as dt): mean x − dt·[v + σ_t²/(2t)·(x +
+        (1 − t)·v)], std σ_t·√dt. With `std` (a learned noise: flow-noise), the Euler mean x − dt·v and that std."""
+        v = self.velocity(out, x, t)
+        tt = t.to(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1))
+        if std is not None: return x - dt * v, std
+        sigma = noise_level * torch.sqrt(tt / (1 - tt).clamp_min(dt))
+        return x - dt * (v + sigma.pow(2) / (2 * tt) * (x + (1 - tt) * v)), sigma * dt ** 0.5
 
     def fewer_steps_note(self, steps: int, own: int) -> str | None:
         "What sampling in `steps` of its `own` Euler steps costs, where it was measured to cost (else None)."

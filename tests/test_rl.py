@@ -1,0 +1,135 @@
+"""Issue 66: RL post-training on a small scale — two iterations on two ranks from a tiny flow policy, its exact resume,
+the gradient all-reduce against one process holding every rank's data, and each bad input refused in one line before
+any rank starts. (The leave-one-out advantage, the kept-group rule and one Euler step's log-likelihood by hand are
+checked in the rl and objective chapters.)"""
+import json, os, shutil, subprocess, sys, textwrap
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+pytest.importorskip("gym_aloha", reason="the simulator extra is not installed (pip install 'dptoolkit[sim]')")
+
+from conftest import ROOT, dpt
+from dptoolkit.checkpoint import lock_run, unlock_run
+from dptoolkit.config import for_store
+from dptoolkit.rl import RLError, finetune, prepare_finetune, rl_log
+from dptoolkit.sim import make_demos
+from dptoolkit.train import train
+
+TINY = ["rl.states=1", "rl.group=2", "rl.pool=2", "rl.max_steps=18", "rl.epochs=1", "rl.minibatches=2",
+        "rl.checkpoint_every=1"]
+VOLATILE = {"time", "wall_s", "rollout_s", "update_s"}
+
+
+@pytest.fixture(scope="module")
+def bc(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rl")
+    make_demos(n=2, out=d / "demos.zarr", workers=1, progress=False)
+    train(for_store(d / "demos.zarr", name="test", overrides=[
+        "task.dataset.obs_keys=[state,env_state]", "policy.objective=flow", "training.max_steps=4",
+        "training.log_every=2", "policy.num_inference_steps=4"]), nprocs=1, run_dir=d / "bc", progress=False)
+    return d
+
+
+def test_two_iterations_on_two_ranks_resume_bit_exactly(bc):
+    full = finetune(bc / "bc", out=bc / "full", nprocs=2, progress=False, overrides=TINY + ["rl.iterations=2"])
+    assert full.metrics["iterations"] == 2 and full.metrics["episodes"] == 8 and full.metrics["world_size"] == 2
+    log = rl_log(bc / "full")
+    assert log["step"].tolist() == [1, 2] and log["episodes"].tolist() == [4, 8]
+    for seeds in log["seeds"]: assert seeds == [[10000], [10001]]   # each rank its own shard of the 2 states
+    finetune(bc / "bc", out=bc / "half", nprocs=2, progress=False, overrides=TINY + ["rl.iterations=1"])
+    finetune(bc / "bc", out=bc / "half", nprocs=2, progress=False, overrides=["rl.iterations=2"])   # continues
+    a, b = (rl_log(bc / r).drop(columns=list(VOLATILE)).to_dict("records") for r in ("full", "half"))
+    assert a == b
+    for f in ("full", "half"):
+        assert json.loads((bc / f / "checkpoints" / "step_000002" / "info.json").read_text())["episodes"] == 8
+    wa, wb = (load_file(bc / r / "checkpoints" / "step_000002" / "model.safetensors") for r in ("full", "half"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    sa, sb = (torch.load(bc / r / "checkpoints" / "step_000002" / "state.pt", weights_only=True)["rl"]
+              for r in ("full", "half"))
+    assert sa["solved"] == sb["solved"] and all(torch.equal(x, y) for ga, gb in zip(sa["gens"], sb["gens"])
+                                                for x, y in zip(ga, gb))
+    # the fine-tuned run is a run: dpt rollout plays it, dpt report reads it
+    r = dpt("rollout", bc / "full", "--episodes", 1, "--workers", 1, "--max-steps", 6, "--json", check=0)
+    assert json.loads(r.stdout)[0]["episodes"] == 1
+    r = dpt("report", bc / "full", "--json", check=0)
+    assert json.loads(r.stdout)[0]["episodes"] == 8
+
+
+UPDATE = textwrap.dedent('''
+    import os, sys, torch, torch.distributed as dist
+    from omegaconf import OmegaConf
+    from dptoolkit.policy import DiffusionPolicy
+    from dptoolkit.rl import Noise, Played, ppo_update, sample_chunk
+    def make(seed):
+        torch.manual_seed(0)
+        pol = DiffusionPolicy(2, {"state": (2,)}, horizon=8, n_obs_steps=2, n_action_steps=4, down_dims=(8, 16),
+                              objective="flow").eval()
+        g = torch.Generator().manual_seed(seed)
+        obs = {"state": torch.randn(6, 2, 2, generator=g)}
+        out = sample_chunk(pol, obs, g, Noise("sde", 0.5, None, 4))
+        return pol, Played([None] * 3, obs, out["path"], out["log_prob"], torch.tensor([0, 0, 1, 1, 2, 2]))
+    rl = OmegaConf.create(dict(epochs=1, minibatches=1, clip=0.2, max_grad_norm=100.0))
+    adv = {0: [1.0, -0.5, 0.0], 1: [0.0, 0.0, 0.0]}   # rank 1 keeps nothing: the step must still be the same
+    if sys.argv[1] == "ranks":
+        dist.init_process_group("gloo")
+        r = dist.get_rank()
+        pol, played = make(r)
+    else:   # one process: both ranks' decisions in one batch
+        pol, p0 = make(0)
+        _, p1 = make(1)
+        played = Played([None] * 6, {"state": torch.cat([p0.obs["state"], p1.obs["state"]])},
+                        torch.cat([p0.path, p1.path]), torch.cat([p0.log_prob, p1.log_prob]),
+                        torch.cat([p0.episode, p1.episode + 3]))
+        r = "one"
+    params = list(pol.parameters())
+    opt = torch.optim.SGD(params, lr=0.1)
+    a = adv[r] if r != "one" else adv[0] + adv[1]
+    st = ppo_update(pol, params, opt, played, a, rl, Noise("sde", 0.5, None, 4), torch.Generator().manual_seed(0))
+    torch.save({k: v.clone() for k, v in pol.state_dict().items()}, os.path.join(sys.argv[2], f"{r}.pt"))
+''')
+
+
+def test_gradients_are_all_reduced_as_one_batch(tmp_path):
+    (tmp_path / "u.py").write_text(UPDATE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(tmp_path / "u.py"), "one", str(tmp_path)], check=True, env=env, timeout=120)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29731",
+                    str(tmp_path / "u.py"), "ranks", str(tmp_path)], check=True, env=env, timeout=180,
+                   capture_output=True)
+    one, r0, r1 = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", 0, 1))
+    torch.manual_seed(0)
+    from dptoolkit.policy import DiffusionPolicy
+    before = DiffusionPolicy(2, {"state": (2,)}, horizon=8, n_obs_steps=2, n_action_steps=4, down_dims=(8, 16),
+                             objective="flow").state_dict()
+    assert any(not torch.equal(before[k], one[k]) for k in one)                  # the update moved the weights
+    for k in one:
+        assert torch.equal(r0[k], r1[k]), k                                      # every rank took the same step
+        torch.testing.assert_close(r0[k], one[k], rtol=1e-5, atol=1e-6)          # as one process on all the data
+
+
+def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
+    run = bc / "bc"
+    with pytest.raises(RLError, match="rl.group=1: a leave-one-out advantage needs at least 2"):
+        prepare_finetune(run, tmp_path / "o", 2, ["rl.group=1"])
+    with pytest.raises(RLError, match="3 ranks but rl.pool=2 initial states"):
+        prepare_finetune(run, tmp_path / "o", 3, ["rl.pool=2"])
+    other = tmp_path / "other"     # the same run on a store no simulator recorded
+    shutil.copytree(run, other)
+    (other / "config.yaml").write_text((run / "config.yaml").read_text().replace(str(bc / "demos.zarr"), str(merged)))
+    with pytest.raises(RLError, match="which no simulator recorded"): prepare_finetune(other, tmp_path / "o", 2)
+    ddpm = tmp_path / "ddpm"       # a DDPM policy: no likelihood of its chunk
+    shutil.copytree(run, ddpm)
+    (ddpm / "config.yaml").write_text((run / "config.yaml").read_text().replace("objective: flow", "objective: ddpm"))
+    with pytest.raises(RLError, match="cannot return the log-likelihood of the chunk it samples .objective ddpm"):
+        prepare_finetune(ddpm, tmp_path / "o", 2)
+    lock_run(run)                  # a run being trained
+    try:
+        with pytest.raises(RLError, match="is being trained now"): prepare_finetune(run, tmp_path / "o", 2)
+    finally: unlock_run(run)
+    assert not (tmp_path / "o").exists()                                         # nothing written
+    r = dpt("finetune", run, "--out", tmp_path / "o", "rl.group=1", check=1)
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("dpt: error: rl.group=1")
+    r = dpt("finetune", run, "--out", tmp_path / "o", "training.seed=3", check=1)
+    assert "rl.KEY=VALUE" in r.stderr
