@@ -24,7 +24,7 @@ __all__ = ['RL_DEFAULTS', 'RLError', 'rl_config', 'shard_states', 'leave_one_out
            'success_on', 'ppo_update', 'prepare_finetune', 'finetune_worker', 'finetune', 'is_rl_run', 'rl_log',
            'rl_summary', 'plot_rl']
 
-# %% ../nbs/14_rl.ipynb #64545b71
+# %% ../nbs/14_rl.ipynb #31f7a382
 RL_DEFAULTS = dict(
     task=None,            # simulator task (None: the one the run's store was recorded in: its attrs' sim.task)
     iterations=10,        # RL iterations: rollouts, then PPO epochs
@@ -36,6 +36,8 @@ RL_DEFAULTS = dict(
     epochs=2,             # PPO epochs over an iteration's kept chunks
     minibatches=2,        # optimizer steps per epoch (every rank steps together)
     clip=0.2,             # PPO's ratio clip
+    dual_clip=3.0,        # a negative advantage's ratio counts at most this much (dual-clip PPO)
+    target_kl=0.02,       # an iteration's epochs stop once a minibatch's approximate KL passes 1.5 × this (0: never)
     lr=1.0e-5,
     weight_decay=0.0,
     max_grad_norm=1.0,
@@ -255,7 +257,7 @@ def success_on(policy, seeds, task: str = "transfer_cube", noise: Noise | None =
         out += [e["success"] for e in p.episodes]
     return out
 
-# %% ../nbs/14_rl.ipynb #ede2745d
+# %% ../nbs/14_rl.ipynb #0e77e5ee
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized(): dist.all_reduce(t)
     return t
@@ -267,31 +269,45 @@ def _gather(obj) -> list:
     dist.all_gather_object(out, obj)
     return out
 
+# %% ../nbs/14_rl.ipynb #26596e3a
+def _ppo_loss(policy, played: Played, part, A, rl, noise: Noise, n: float):
+    "(loss over `part`'s steps / n, its (clipped steps, KL sum, steps)): PPO-clip, dual-clipped for A < 0."
+    dev = next(policy.parameters()).device
+    obs = {k: v[part].to(dev) for k, v in played.obs.items()}
+    logp = chunk_log_prob(policy, obs, played.path[part].to(dev), noise)
+    ratio = torch.exp((logp - played.log_prob[part].to(dev)).clamp(max=20.0))   # e^20: far past any clip
+    a = A[part].to(dev)[:, None]
+    obj = torch.minimum(ratio * a, ratio.clamp(1 - rl.clip, 1 + rl.clip) * a)
+    if rl.dual_clip: obj = torch.where(a < 0, torch.maximum(obj, float(rl.dual_clip) * a), obj)
+    with torch.no_grad():
+        r = ratio.double()
+        stats = torch.stack([((r - 1).abs() > rl.clip).sum(), ((r - 1) - r.log()).sum(),
+                             torch.tensor(float(r.numel()), dtype=torch.float64, device=r.device)]).cpu()
+    return -obj.sum() / n, stats
+
 def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, noise: Noise, generator) -> dict:
     """`rl.epochs` × `rl.minibatches` PPO-clip steps on the decisions of episodes with a non-zero advantage `adv` (one
-    per episode); returns the clip fraction, approximate KL and the kept steps (over every rank)."""
+    per episode), stopped early where a minibatch's KL (over every rank) passes 1.5 × `rl.target_kl`; returns the clip
+    fraction, approximate KL, the steps used and the optimizer steps taken."""
     A = torch.as_tensor(adv, dtype=torch.float32)[played.episode]
     kept = torch.nonzero(A != 0).flatten()
-    dev, K = next(policy.parameters()).device, played.log_prob.shape[1]
-    sums = torch.zeros(3, dtype=torch.float64)   # clipped steps, KL, steps
+    K, sums, taken = played.log_prob.shape[1], torch.zeros(3, dtype=torch.float64), 0
     for _ in range(int(rl.epochs)):
-        order = kept[torch.randperm(len(kept), generator=generator)]
+        order, stop = kept[torch.randperm(len(kept), generator=generator)], False
         for part in order.tensor_split(int(rl.minibatches)):
             n = _all_reduce(torch.tensor([float(len(part) * K)]))[0].item()
             if n == 0: continue            # no rank kept anything: no step
+            st = torch.zeros(3, dtype=torch.float64)
             if len(part):
-                obs = {k: v[part].to(dev) for k, v in played.obs.items()}
-                logp = chunk_log_prob(policy, obs, played.path[part].to(dev), noise)
-                ratio = torch.exp(logp - played.log_prob[part].to(dev))
-                a = A[part].to(dev)[:, None]
-                loss = -torch.minimum(ratio * a, ratio.clamp(1 - rl.clip, 1 + rl.clip) * a).sum() / n
+                loss, st = _ppo_loss(policy, played, part, A, rl, noise, n)
                 loss.backward()
-                with torch.no_grad():
-                    r = ratio.double()
-                    sums += torch.stack([((r - 1).abs() > rl.clip).sum(), ((r - 1) - r.log()).sum(),
-                                         torch.tensor(float(r.numel()), dtype=torch.float64)]).cpu()
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
-            _all_reduce(flat)
+            grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]
+            flat = _all_reduce(torch.cat(grads + [st.to(grads[0])]))   # the gradients and the minibatch's figures
+            sums += flat[-3:].double().cpu()
+            if rl.target_kl and flat[-2] / flat[-1] > 1.5 * float(rl.target_kl):
+                opt.zero_grad(set_to_none=True)    # every rank sees the same KL: all stop here
+                stop = True
+                break
             i = 0
             for p in params:
                 p.grad = flat[i:i + p.numel()].view_as(p).clone()
@@ -299,9 +315,10 @@ def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, n
             torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
             opt.step()
             opt.zero_grad(set_to_none=True)
-    _all_reduce(sums)
+            taken += 1
+        if stop: break
     return dict(clip_frac=(sums[0] / sums[2]).item() if sums[2] else 0.0,
-                approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]))
+                approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]), updates=taken)
 
 # %% ../nbs/14_rl.ipynb #eb44b032
 def _sim_task(cfg, run) -> str:
