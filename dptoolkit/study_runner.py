@@ -68,6 +68,7 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     rd = out / "runs" / run["name"]
     rd.mkdir(parents=True, exist_ok=True)
     (rd / "study_result.json").unlink(missing_ok=True)
+    (rd / ".study-stop").unlink(missing_ok=True)
     (rd / ".study-pid").write_text(str(os.getpid()))
     t0, rec = time.time(), dict(status="failed", error=None, run=run["name"], recipe=run["recipe"], seed=run["seed"])
     try:
@@ -81,7 +82,7 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     except (Exception, KeyboardInterrupt, SystemExit) as e:
         msg = str(getattr(e, "headline", None) or e).strip().splitlines()
         rec["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}"
-        if isinstance(e, (KeyboardInterrupt, SystemExit)): rec["status"] = "stopped"
+        if isinstance(e, (KeyboardInterrupt, SystemExit)) or (rd / ".study-stop").exists(): rec["status"] = "stopped"
     rec["wall_s"] = time.time() - t0
     _write_json(rd / "study_result.json", rec)
     (rd / ".study-pid").unlink(missing_ok=True)
@@ -117,14 +118,17 @@ def _start(out: Path, i: int, slot: dict, run: dict):
                           rd / "study.log", env, preexec_fn=pin)   # the launch chapter's
 
 def _died(out: Path, run: dict, code: int):
-    "A run process that ended without its record (killed): recorded as failed with how it ended."
+    """A run process that ended without its record (killed): recorded as failed with how it ended, or as stopped when
+    the study stopped it (its `.study-stop` marker: Ctrl-C or SIGTERM on the study)."""
     rd = out / "runs" / run["name"]
     if (rd / "study_result.json").exists(): return
     rd.mkdir(parents=True, exist_ok=True)
     how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-    _write_json(rd / "study_result.json", dict(status="failed", run=run["name"], recipe=run["recipe"], seed=run["seed"],
-                                               error=f"the run's process ended without a record ({how}); its output "
-                                                     f"is in {rd / 'study.log'}"))
+    stopped = (rd / ".study-stop").exists()
+    _write_json(rd / "study_result.json", dict(
+        status="stopped" if stopped else "failed", run=run["name"], recipe=run["recipe"], seed=run["seed"],
+        error=("stopped with the study (--resume continues it)" if stopped else
+               f"the run's process ended without a record ({how}); its output is in {rd / 'study.log'}")))
 
 def run_study(out, where: list, progress: bool = True, poll_s: float = 0.5, log=print) -> pd.DataFrame:
     "Run every run of `out` that is not done on the slots `where` (`slots`); → `study_status`."
@@ -148,7 +152,11 @@ def run_study(out, where: list, progress: bool = True, poll_s: float = 0.5, log=
                     if s["status"] != "done":
                         log(f"study: run {m['runs'][i]['name']} {s['status']}: {s.get('error')}")
                     bar.update(1)
-        finally:
-            for p, _ in live.values(): p.terminate()          # SIGTERM: the ranks checkpoint and stop
-            for p, _ in live.values(): p.wait()
+        finally:   # the study stopped (Ctrl-C, SIGTERM): its runs are stopped, not failed, whatever they were doing
+            for i, (p, _) in live.items():
+                (out / "runs" / m["runs"][i]["name"] / ".study-stop").write_text("the study stopped")
+                p.terminate()          # SIGTERM: the ranks checkpoint and stop
+            for i, (p, _) in live.items():
+                p.wait()
+                _died(out, m["runs"][i], p.returncode)
     return study_status(out)
