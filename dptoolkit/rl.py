@@ -24,7 +24,7 @@ __all__ = ['RL_DEFAULTS', 'RLError', 'rl_config', 'shard_states', 'leave_one_out
            'success_on', 'ppo_update', 'prepare_finetune', 'finetune_worker', 'finetune', 'is_rl_run', 'rl_log',
            'rl_summary', 'plot_rl']
 
-# %% ../nbs/14_rl.ipynb #64545b71
+# %% ../nbs/14_rl.ipynb #34ed7589
 RL_DEFAULTS = dict(
     task=None,            # simulator task (None: the one the run's store was recorded in: its attrs' sim.task)
     iterations=10,        # RL iterations: rollouts, then PPO epochs
@@ -36,6 +36,8 @@ RL_DEFAULTS = dict(
     epochs=2,             # PPO epochs over an iteration's kept chunks
     minibatches=2,        # optimizer steps per epoch (every rank steps together)
     clip=0.2,             # PPO's ratio clip
+    dual_clip=3.0,        # a negative advantage's ratio counts at most this much (dual-clip PPO)
+    target_kl=0.02,       # an iteration's epochs stop once a minibatch's approximate KL passes 1.5 × this (0: never)
     lr=1.0e-5,
     weight_decay=0.0,
     max_grad_norm=1.0,
@@ -255,7 +257,7 @@ def success_on(policy, seeds, task: str = "transfer_cube", noise: Noise | None =
         out += [e["success"] for e in p.episodes]
     return out
 
-# %% ../nbs/14_rl.ipynb #ede2745d
+# %% ../nbs/14_rl.ipynb #9edac52f
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized(): dist.all_reduce(t)
     return t
@@ -267,31 +269,45 @@ def _gather(obj) -> list:
     dist.all_gather_object(out, obj)
     return out
 
+# %% ../nbs/14_rl.ipynb #ec68ed91
+def _ppo_loss(policy, played: Played, part, A, rl, noise: Noise, n: float):
+    "(loss over `part`'s steps / n, its (clipped steps, KL sum, steps)): PPO-clip, dual-clipped for A < 0."
+    dev = next(policy.parameters()).device
+    obs = {k: v[part].to(dev) for k, v in played.obs.items()}
+    logp = chunk_log_prob(policy, obs, played.path[part].to(dev), noise)
+    ratio = torch.exp((logp - played.log_prob[part].to(dev)).clamp(max=20.0))   # e^20: far past any clip
+    a = A[part].to(dev)[:, None]
+    obj = torch.minimum(ratio * a, ratio.clamp(1 - rl.clip, 1 + rl.clip) * a)
+    if rl.dual_clip: obj = torch.where(a < 0, torch.maximum(obj, float(rl.dual_clip) * a), obj)
+    with torch.no_grad():
+        r = ratio.double()
+        stats = torch.stack([((r - 1).abs() > rl.clip).sum(), ((r - 1) - r.log()).sum(),
+                             torch.tensor(float(r.numel()), dtype=torch.float64, device=r.device)]).cpu()
+    return -obj.sum() / n, stats
+
 def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, noise: Noise, generator) -> dict:
     """`rl.epochs` × `rl.minibatches` PPO-clip steps on the decisions of episodes with a non-zero advantage `adv` (one
-    per episode); returns the clip fraction, approximate KL and the kept steps (over every rank)."""
+    per episode), stopped early where a minibatch's KL (over every rank) passes 1.5 × `rl.target_kl`; returns the clip
+    fraction, approximate KL, the steps used and the optimizer steps taken."""
     A = torch.as_tensor(adv, dtype=torch.float32)[played.episode]
     kept = torch.nonzero(A != 0).flatten()
-    dev, K = next(policy.parameters()).device, played.log_prob.shape[1]
-    sums = torch.zeros(3, dtype=torch.float64)   # clipped steps, KL, steps
+    K, sums, taken = played.log_prob.shape[1], torch.zeros(3, dtype=torch.float64), 0
     for _ in range(int(rl.epochs)):
-        order = kept[torch.randperm(len(kept), generator=generator)]
+        order, stop = kept[torch.randperm(len(kept), generator=generator)], False
         for part in order.tensor_split(int(rl.minibatches)):
             n = _all_reduce(torch.tensor([float(len(part) * K)]))[0].item()
             if n == 0: continue            # no rank kept anything: no step
+            st = torch.zeros(3, dtype=torch.float64)
             if len(part):
-                obs = {k: v[part].to(dev) for k, v in played.obs.items()}
-                logp = chunk_log_prob(policy, obs, played.path[part].to(dev), noise)
-                ratio = torch.exp(logp - played.log_prob[part].to(dev))
-                a = A[part].to(dev)[:, None]
-                loss = -torch.minimum(ratio * a, ratio.clamp(1 - rl.clip, 1 + rl.clip) * a).sum() / n
+                loss, st = _ppo_loss(policy, played, part, A, rl, noise, n)
                 loss.backward()
-                with torch.no_grad():
-                    r = ratio.double()
-                    sums += torch.stack([((r - 1).abs() > rl.clip).sum(), ((r - 1) - r.log()).sum(),
-                                         torch.tensor(float(r.numel()), dtype=torch.float64)]).cpu()
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
-            _all_reduce(flat)
+            grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]
+            flat = _all_reduce(torch.cat(grads + [st.to(grads[0])]))   # the gradients and the minibatch's figures
+            sums += flat[-3:].double().cpu()
+            if rl.target_kl and flat[-2] / flat[-1] > 1.5 * float(rl.target_kl):
+                opt.zero_grad(set_to_none=True)    # every rank sees the same KL: all stop here
+                stop = True
+                break
             i = 0
             for p in params:
                 p.grad = flat[i:i + p.numel()].view_as(p).clone()
@@ -299,19 +315,16 @@ def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, n
             torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
             opt.step()
             opt.zero_grad(set_to_none=True)
-    _all_reduce(sums)
+            taken += 1
+        if stop: break
     return dict(clip_frac=(sums[0] / sums[2]).item() if sums[2] else 0.0,
-                approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]))
+                approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]), updates=taken)
 
-# %% ../nbs/14_rl.ipynb #eb44b032
+# %% ../nbs/14_rl.ipynb #db1da31b
 def _sim_task(cfg, run) -> str:
     "The simulator task of the run's store (its attrs' sim.task, as `dpt sim-data` writes it); `RLError` without one."
-    from dptoolkit.store import StoreError, describe
-    store = cfg.task.dataset.zarr_path
-    try: task = ((describe(store).attrs or {}).get("sim") or {}).get("task")
-    except (StoreError, OSError, TypeError) as e:
-        raise RLError(f"{run}: its store {store} cannot be read ({e}); name the simulator task with "
-                      "rl.task=transfer_cube") from None
+    from dptoolkit.sim import recorded_task
+    store, task = cfg.task.dataset.zarr_path, recorded_task(run)
     if not task:
         raise RLError(f"{run}: was trained on {store}, which no simulator recorded (no sim.task in its attrs): "
                       "RL post-training plays the policy in a simulator; pass rl.task=transfer_cube if the data is "
@@ -329,7 +342,7 @@ def _check_settings(rl, nprocs: int):
     if rl.noise not in ("sde", "learned"): raise RLError(f"rl.noise={rl.noise!r}: expected sde or learned")
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
 
-# %% ../nbs/14_rl.ipynb #cb2e1c3a
+# %% ../nbs/14_rl.ipynb #e76834ce
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
@@ -349,8 +362,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     cfg = rl_config(base, overrides)
     _check_settings(cfg.rl, nprocs)
     cfg.rl.task = cfg.rl.task or _sim_task(cfg, run)
-    if cfg.rl.task not in TASKS or cfg.rl.task != "transfer_cube":
-        raise RLError(f"rl.task={cfg.rl.task}: the simulator rolls out {TASKS[0]} only so far")
+    if cfg.rl.task not in TASKS: raise RLError(f"rl.task={cfg.rl.task}: the simulator has {', '.join(TASKS)}")
     policy, _ = load_policy(run if old is None else Path(old.source.run), checkpoint=ckpt)
     check_rl_policy(policy, run.name)
     check_policy(policy, cfg.rl.task, run.name)

@@ -70,7 +70,7 @@ UPDATE = textwrap.dedent('''
         obs = {"state": torch.randn(6, 2, 2, generator=g)}
         out = sample_chunk(pol, obs, g, Noise("sde", 0.5, None, 4))
         return pol, Played([None] * 3, obs, out["path"], out["log_prob"], torch.tensor([0, 0, 1, 1, 2, 2]))
-    rl = OmegaConf.create(dict(epochs=1, minibatches=1, clip=0.2, max_grad_norm=100.0))
+    rl = OmegaConf.create(dict(epochs=1, minibatches=1, clip=0.2, max_grad_norm=100.0, dual_clip=3.0, target_kl=0))
     adv = {0: [1.0, -0.5, 0.0], 1: [0.0, 0.0, 0.0]}   # rank 1 keeps nothing: the step must still be the same
     if sys.argv[1] == "ranks":
         dist.init_process_group("gloo")
