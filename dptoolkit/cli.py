@@ -295,7 +295,8 @@ def cmd_sim_data(a):
 
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
-    from dptoolkit.sim import rollout, rollout_run, rollout_table, watch_rollouts
+    from dptoolkit.sim import recorded_task, rollout, rollout_run, rollout_table, watch_rollouts
+    a.task = a.task or recorded_task(a.run) or "transfer_cube"   # a run recorded in insertion rolls out in insertion
     if a.watch:      # what train starts beside its ranks (eval.rollout_every)
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
                        log=lambda m: print(m, flush=True))
@@ -323,6 +324,7 @@ def cmd_rollout(a):
         for r in res:
             if r.videos: print("videos: " + ", ".join(r.videos))
 
+# %% ../nbs/08_cli.ipynb #6bb1cf31
 def _steps_note(run, steps: int):
     "One line on stderr when a flow run that predicts the velocity is sampled in fewer steps than it was trained for."
     from omegaconf import OmegaConf
@@ -660,8 +662,10 @@ COMMANDS.update({
         description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
                     "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
         examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2",
-                  "dpt sim-data --episodes 60 --camera --size 72x96 --noise 0.02 -o cam.zarr"],
-        args=[_a("--task", default="transfer_cube", help="transfer_cube (insertion: not yet)"),
+                  "dpt sim-data --episodes 60 --camera --size 72x96 --noise 0.02 -o cam.zarr",
+                  "dpt sim-data --task insertion --episodes 50 -o insertion.zarr"],
+        args=[_a("--task", default="transfer_cube", choices=["transfer_cube", "insertion"],
+                 help="transfer_cube (default) or insertion"),
               _a("--episodes", type=count, default=50, help="seeds to run (default 50)"),
               _a("-o", "--output", required=True, help="the store to write"),
               _a("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)"),
@@ -685,7 +689,8 @@ COMMANDS.update({
                   "dpt rollout expert --episodes 20", "dpt rollout runs/flow --episodes 50 --steps 1",
                   "dpt rollout runs/sim --every 500 --episodes 20 --seed 100000"],
         args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
-              _a("--task", default="transfer_cube", help="transfer_cube"),
+              _a("--task", choices=["transfer_cube", "insertion"],
+                 help="the simulator task (default: the one the run's store was recorded in, else transfer_cube)"),
               _a("--episodes", type=count, default=10, help="episodes (default 10)"),
               _a("--workers", type=count, help="worker processes (default: one per core)"),
               _a("--seed", type=int, default=1000, help="first seed (default 1000)"),

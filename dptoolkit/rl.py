@@ -320,15 +320,11 @@ def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, n
     return dict(clip_frac=(sums[0] / sums[2]).item() if sums[2] else 0.0,
                 approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]), updates=taken)
 
-# %% ../nbs/14_rl.ipynb #eb44b032
+# %% ../nbs/14_rl.ipynb #7ac39353
 def _sim_task(cfg, run) -> str:
     "The simulator task of the run's store (its attrs' sim.task, as `dpt sim-data` writes it); `RLError` without one."
-    from dptoolkit.store import StoreError, describe
-    store = cfg.task.dataset.zarr_path
-    try: task = ((describe(store).attrs or {}).get("sim") or {}).get("task")
-    except (StoreError, OSError, TypeError) as e:
-        raise RLError(f"{run}: its store {store} cannot be read ({e}); name the simulator task with "
-                      "rl.task=transfer_cube") from None
+    from dptoolkit.sim import recorded_task
+    store, task = cfg.task.dataset.zarr_path, recorded_task(run)
     if not task:
         raise RLError(f"{run}: was trained on {store}, which no simulator recorded (no sim.task in its attrs): "
                       "RL post-training plays the policy in a simulator; pass rl.task=transfer_cube if the data is "
@@ -346,7 +342,7 @@ def _check_settings(rl, nprocs: int):
     if rl.noise not in ("sde", "learned"): raise RLError(f"rl.noise={rl.noise!r}: expected sde or learned")
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
 
-# %% ../nbs/14_rl.ipynb #cb2e1c3a
+# %% ../nbs/14_rl.ipynb #65fa8702
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
@@ -366,8 +362,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     cfg = rl_config(base, overrides)
     _check_settings(cfg.rl, nprocs)
     cfg.rl.task = cfg.rl.task or _sim_task(cfg, run)
-    if cfg.rl.task not in TASKS or cfg.rl.task != "transfer_cube":
-        raise RLError(f"rl.task={cfg.rl.task}: the simulator rolls out {TASKS[0]} only so far")
+    if cfg.rl.task not in TASKS: raise RLError(f"rl.task={cfg.rl.task}: the simulator has {', '.join(TASKS)}")
     policy, _ = load_policy(run if old is None else Path(old.source.run), checkpoint=ckpt)
     check_rl_policy(policy, run.name)
     check_policy(policy, cfg.rl.task, run.name)

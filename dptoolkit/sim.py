@@ -10,20 +10,23 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
-__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'SIM_OBS', 'SimError', 'SimUnstable', 'AlohaSim',
-           'transfer_waypoints', 'expert_episode', 'Demos', 'make_demos', 'check_policy', 'task_index',
-           'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint',
-           'watch_rollouts', 'rollout_run']
+__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'WAYPOINTS', 'SIM_OBS', 'SimError', 'SimUnstable',
+           'AlohaSim', 'transfer_waypoints', 'insertion_waypoints', 'expert_episode', 'Demos', 'make_demos',
+           'check_policy', 'recorded_task', 'task_index', 'rollout_episode', 'RolloutResult', 'rollout_table',
+           'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
 EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
 SIM_KEYS = ["state", "action", "env_state"]   # what every demonstration store holds (cameras: head_camera)
-SUCCESS_REWARD = 4           # transfer-cube: the left gripper holds the cube off the table
+SUCCESS_REWARD = 4           # transfer-cube: the left gripper holds the cube up; insertion: the peg touches the pin
+ENV_STATE = {"transfer_cube": 7, "insertion": 14}   # env_state: the cube's pose; the peg's and the socket's
+_OBJECTS = {"transfer_cube": ["red_box_joint"], "insertion": ["red_peg_joint", "blue_socket_joint"]}
 
 class SimError(RuntimeError):
     """The simulator is missing, cannot render, or is asked for something it cannot do; the message says what to install
@@ -51,19 +54,17 @@ def _sim():
         from dm_control.rl import control
         from gym_aloha import constants
         from gym_aloha.tasks import sim, sim_end_effector
-        from gym_aloha.utils import sample_box_pose
+        from gym_aloha.utils import sample_box_pose, sample_insertion_pose
     # installed, but dm_control starts its renderer at import: a missing EGL / OSMesa library fails here
     except Exception as e:
         raise SimError(f"MuJoCo's renderer could not start with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
                        f"({type(e).__name__}: {str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 "
                        "libgl1-mesa-dri) and use MUJOCO_GL=egl") from None
-    return collections.namedtuple("Sim", "mujoco control constants sim ee sample_box_pose")(
-        mujoco, control, constants, sim, sim_end_effector, sample_box_pose)
+    return collections.namedtuple("Sim", "mujoco control constants sim ee sample_box_pose sample_insertion_pose")(
+        mujoco, control, constants, sim, sim_end_effector, sample_box_pose, sample_insertion_pose)
 
 def _check_task(task):
     if task not in TASKS: raise SimError(f"task {task!r}: expected one of {', '.join(TASKS)}")
-    if task != "transfer_cube":
-        raise SimError(f"task {task!r}: only transfer_cube has a scripted expert and rollouts so far")
 
 
 
@@ -78,29 +79,33 @@ def _lean(task, physics, ee=False):
 
 # %% ../nbs/13_sim.ipynb #2c32c950
 class AlohaSim:
-    """ALOHA's bimanual ViperX transfer-cube task, joint-position controlled (14-dim action: 2 × (6 joints + gripper)),
-    stepped at 50 Hz. `reset(seed)` places the cube from the seed (gym-aloha's `sample_box_pose`); observations hold
-    `qpos` (the 14-dim state), `qvel`, `env_state` (the cube's pose) and, with `camera`, `head_camera`: the top camera
-    as uint8 (3, H, W), rendered at `size` only (not dm_control's three 480×640 views)."""
+    """ALOHA's bimanual ViperX tasks, transfer-cube and insertion, joint-position controlled (14-dim action: 2 × (6
+    joints + gripper)), stepped at 50 Hz. `reset(seed)` places the objects from the seed (gym-aloha's `sample_box_pose`,
+    `sample_insertion_pose`); observations hold `qpos` (the 14-dim state), `qvel`, `env_state` (the cube's pose, or
+    the peg's and the socket's) and, with `camera`, `head_camera`: the top camera as uint8 (3, H, W), rendered at
+    `size` only (not dm_control's three 480×640 views)."""
     def __init__(self, task="transfer_cube", camera: bool = False, size=(48, 64), end_effector: bool = False):
         _check_task(task)
         S = _sim()
-        self.S, self.camera, self.size, self.ee = S, camera, tuple(size), end_effector
-        base = S.ee.TransferCubeEndEffectorTask if end_effector else S.sim.TransferCubeTask
+        self.S, self.camera, self.size, self.ee, self.task = S, camera, tuple(size), end_effector, task
+        cube = task == "transfer_cube"
+        base = (S.ee.TransferCubeEndEffectorTask if cube else S.ee.InsertionEndEffectorTask) if end_effector else \
+            (S.sim.TransferCubeTask if cube else S.sim.InsertionTask)
         outer = self
         class Task(base):
             def initialize_episode(self, physics):
-                if end_effector:   # the cube from our seed, not gym-aloha's unseeded draw
+                if end_effector:   # the objects from our seed, not gym-aloha's unseeded draw
                     self.initialize_robots(physics)
-                    i = physics.model.name2id("red_box_joint", "joint")
-                    np.copyto(physics.data.qpos[i:i + 7], outer.pose)
+                    for k, name in enumerate(_OBJECTS[task]):   # free joints after the arms' 16: 7 values each
+                        i = 16 + (physics.model.name2id(name, "joint") - 16) * 7
+                        np.copyto(physics.data.qpos[i:i + 7], outer.pose[7 * k:7 * k + 7])
                     S.ee.BimanualViperXEndEffectorTask.initialize_episode(self, physics)
                 else:
                     S.sim.BOX_POSE[0] = outer.pose
                     super().initialize_episode(physics)
             def get_observation(self, physics): return _lean(self, physics, end_effector)
         physics = S.mujoco.Physics.from_xml_path(str(S.constants.ASSETS_DIR / (
-            "bimanual_viperx_end_effector_transfer_cube.xml" if end_effector else "bimanual_viperx_transfer_cube.xml")))
+            f"bimanual_viperx_{'end_effector_' if end_effector else ''}{task}.xml")))
         if camera and max(self.size) <= 256: physics.model.vis.quality.shadowsize = 1024   # see the prose above
         # a stiff weld: the gripper follows its target
         if end_effector: physics.model.eq_solimp[:2] = [0.95, 0.99, 0.001, 0.5, 2]
@@ -111,21 +116,13 @@ class AlohaSim:
     def _obs(self, ts):
         return {**ts.observation, **({"head_camera": self.render(*self.size)} if self.camera else {})}
 
-    def render(self, height, width):
-        "The top camera as uint8 (3, H, W); `SimError` naming MUJOCO_GL when the renderer cannot start."
-        try: img = self.env.physics.render(height=height, width=width, camera_id="top")
-        except Exception as e:
-            raise SimError(f"rendering the camera failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
-                           f"({type(e).__name__}: {str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 "
-                           "libgl1-mesa-dri) or set MUJOCO_GL") from None
-        return np.ascontiguousarray(img.transpose(2, 0, 1))
-
     def reset(self, seed: int) -> dict:
-        self.pose = self.S.sample_box_pose(int(seed))
+        self.pose = self.S.sample_box_pose(int(seed)) if self.task == "transfer_cube" else \
+            np.concatenate(self.S.sample_insertion_pose(int(seed)))
         return self._obs(self.env.reset())
 
     def step(self, action) -> tuple:
-        """→ (observation, reward): reward 4 = the cube is held by the left gripper, off the table (success).
+        """→ (observation, reward): reward 4 = success (the cube held up by the left gripper; the peg on the pin).
         `SimUnstable` for an action that is not finite or that the physics cannot integrate."""
         a = np.asarray(action, dtype=np.float64)
         if not np.isfinite(a).all():
@@ -135,6 +132,17 @@ class AlohaSim:
             raise SimUnstable(f"the physics became unstable ({str(e).strip()[:100]}) after an action up to "
                               f"{np.abs(a).max():.3g} rad") from None
         return self._obs(ts), int(ts.reward)
+
+# %% ../nbs/13_sim.ipynb #18c658a7
+@patch
+def render(self: AlohaSim, height, width):
+    "The top camera as uint8 (3, H, W); `SimError` naming MUJOCO_GL when the renderer cannot start."
+    try: img = self.env.physics.render(height=height, width=width, camera_id="top")
+    except Exception as e:
+        raise SimError(f"rendering the camera failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
+                       f"({type(e).__name__}: {str(e)[:120]}); install Mesa's EGL (apt-get install libegl1 "
+                       "libgl1-mesa-dri) or set MUJOCO_GL") from None
+    return np.ascontiguousarray(img.transpose(2, 0, 1))
 
 # %% ../nbs/13_sim.ipynb #db21c6aa
 def _qmul(a, b):
@@ -162,6 +170,22 @@ def transfer_waypoints(obs0) -> tuple:
              (310, meet, pick, 1), (360, meet + [0.1, 0, 0], pick, 1), (400, meet + [0.1, 0, 0], pick, 1)]
     return left, right
 
+def insertion_waypoints(obs0) -> tuple:
+    """The insertion expert's waypoints: each arm takes its object from above (the left the socket, the right the peg),
+    lifts it and brings it to the middle, where the peg goes into the socket. The ALOHA script (Zhao et al., 2023),
+    written here from its published waypoints."""
+    L, R, es = obs0["mocap_left"], obs0["mocap_right"], obs0["env_state"]
+    peg, socket = es[:3], es[7:10]
+    qr, ql = _qmul(R[3:], _qaxis([0, 1, 0], -60)), _qmul(R[3:], _qaxis([0, 1, 0], 60))
+    meet, lift = np.array([0.0, 0.5, 0.15]), np.array([0, 0, 0.00715])
+    def arm(start, obj, q, side, up):
+        return [(0, start[:3], start[3:], 0), (120, obj + [0, 0, 0.08], q, 1), (170, obj + [0, 0, -0.03], q, 1),
+                (220, obj + [0, 0, -0.03], q, 0), (285, meet + [0.1 * side, 0, 0] + up, q, 0),
+                (340, meet + [0.05 * side, 0, 0] + up, q, 0), (400, meet + [0.05 * side, 0, 0] + up, q, 0)]
+    return arm(L, socket, ql, -1, 0 * lift), arm(R, peg, qr, 1, lift)
+
+WAYPOINTS = {"transfer_cube": transfer_waypoints, "insertion": insertion_waypoints}
+
 def _interp(wps, t):
     "Linear interpolation of xyz, quaternion and gripper between the waypoints around step `t`."
     for (t0, x0, q0, g0), (t1, x1, q1, g1) in zip(wps, wps[1:]):
@@ -183,7 +207,7 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
     data shows the way back to the expert's path from states beside it (DART, Laskey et al. 2017)."""
     ee = AlohaSim(task, end_effector=True)
     o = ee.reset(seed)
-    left, right = transfer_waypoints(o)
+    left, right = WAYPOINTS[task](o)
     targets = []
     for t in range(steps):
         a = np.concatenate([_interp(left, t), _interp(right, t)])
@@ -320,6 +344,19 @@ def check_policy(policy, task: str = "transfer_cube", name: str = "policy"):
     if policy.action_dim != 14:
         raise SimError(f"{name}: the policy acts in {policy.action_dim} dimensions, {task} takes 14 "
                        "(2 × 6 joints + 2 grippers)")
+    width = getattr(getattr(policy, "obs_encoder", None), "low_dim", {}).get("env_state")
+    if width is not None and width != ENV_STATE[task]:
+        other = next((t for t, n in ENV_STATE.items() if n == width), None)
+        raise SimError(f"{name}: the policy reads env_state of {width} values"
+                       + (f" ({other}'s)" if other else "") + f", the {task} simulator gives {ENV_STATE[task]}")
+
+# %% ../nbs/13_sim.ipynb #97e4f7cf
+def recorded_task(run) -> str | None:
+    "The simulator task a run's store was recorded in (its attrs' sim.task, as `make_demos` writes it), or None."
+    from dptoolkit.checkpoint import TrainError, run_config
+    from dptoolkit.store import StoreError, describe
+    try: return ((describe(run_config(run).task.dataset.zarr_path).attrs or {}).get("sim") or {}).get("task")
+    except (TrainError, StoreError, OSError, TypeError, AttributeError): return None
 
 def task_index(policy, task_name=None, name: str = "policy"):
     """The task index a task-conditioned policy is rolled out with: `task_name`'s (its only task when it has one); None
