@@ -523,7 +523,7 @@ def finetune(run, out, nprocs: int = 2, overrides=(), *, progress: bool = True, 
     finally: unlock_run(out)
     return RunResult(out, res)
 
-# %% ../nbs/14_rl.ipynb #45bfb230
+# %% ../nbs/14_rl.ipynb #46e9bc9b
 def is_rl_run(run) -> bool:
     "True for a run folder `finetune` wrote (its config has an `rl` section)."
     try: return "rl" in run_config(run)
@@ -540,7 +540,8 @@ def rl_summary(runs):
     rows = []
     for run in ([runs] if isinstance(runs, (str, Path)) else runs):
         d = rl_log(run)
-        rows.append(dict(run=Path(run).name, world_size=(run_config(run).get("run") or {}).get("world_size"),
+        world = (OmegaConf.load(Path(run) / "config.yaml").get("run") or {}).get("world_size")   # run_config drops it
+        rows.append(dict(run=Path(run).name, world_size=world,
                          iterations=int(d["step"].iloc[-1]), episodes=int(d["episodes"].iloc[-1]),
                          wall_s=float(d["wall_s"].iloc[-1]), success_first=float(d["success"].iloc[0]),
                          success_last=float(d["success"].iloc[-1]),

@@ -54,7 +54,7 @@ def test_two_iterations_on_two_ranks_resume_bit_exactly(bc):
     r = dpt("rollout", bc / "full", "--episodes", 1, "--workers", 1, "--max-steps", 6, "--json", check=0)
     assert json.loads(r.stdout)[0]["episodes"] == 1
     r = dpt("report", bc / "full", "--json", check=0)
-    assert json.loads(r.stdout)[0]["episodes"] == 8
+    assert json.loads(r.stdout)[0]["episodes"] == 8 and json.loads(r.stdout)[0]["world_size"] == 2
 
 
 UPDATE = textwrap.dedent('''
