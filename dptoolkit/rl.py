@@ -269,13 +269,13 @@ def _gather(obj) -> list:
     dist.all_gather_object(out, obj)
     return out
 
-# %% ../nbs/14_rl.ipynb #26596e3a
+# %% ../nbs/14_rl.ipynb #5f2ef44b
 def _ppo_loss(policy, played: Played, part, A, rl, noise: Noise, n: float):
     "(loss over `part`'s steps / n, its (clipped steps, KL sum, steps)): PPO-clip, dual-clipped for A < 0."
     dev = next(policy.parameters()).device
     obs = {k: v[part].to(dev) for k, v in played.obs.items()}
     logp = chunk_log_prob(policy, obs, played.path[part].to(dev), noise)
-    ratio = torch.exp((logp - played.log_prob[part].to(dev)).clamp(max=20.0))   # e^20: far past any clip
+    ratio = torch.exp((logp - played.log_prob[part].to(dev)).clamp(-20.0, 20.0))   # e^±20: far past any clip
     a = A[part].to(dev)[:, None]
     obj = torch.minimum(ratio * a, ratio.clamp(1 - rl.clip, 1 + rl.clip) * a)
     if rl.dual_clip: obj = torch.where(a < 0, torch.maximum(obj, float(rl.dual_clip) * a), obj)
