@@ -295,8 +295,8 @@ def cmd_sim_data(a):
 
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
-    from dptoolkit.sim import recorded_task, rollout, rollout_run, rollout_table, watch_rollouts
-    a.task = a.task or recorded_task(a.run) or "transfer_cube"   # a run recorded in insertion rolls out in insertion
+    from dptoolkit.sim import rollout, rollout_run, rollout_table, rollout_task, watch_rollouts
+    a.task = rollout_task(a.task, a.task_name, a.run)   # --task, else --task-name's, else the run's recorded task
     if a.watch:      # what train starts beside its ranks (eval.rollout_every)
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
                        log=lambda m: print(m, flush=True))

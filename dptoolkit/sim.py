@@ -17,8 +17,8 @@ from .stats import wilson   # the Wilson interval of every success rate (stats c
 # %% auto #0
 __all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'WAYPOINTS', 'SIM_OBS', 'SimError', 'SimUnstable',
            'AlohaSim', 'transfer_waypoints', 'insertion_waypoints', 'expert_episode', 'Demos', 'make_demos',
-           'check_policy', 'recorded_task', 'task_index', 'rollout_episode', 'RolloutResult', 'rollout_table',
-           'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
+           'check_policy', 'rollout_task', 'recorded_task', 'task_index', 'rollout_episode', 'RolloutResult',
+           'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
@@ -351,6 +351,21 @@ def check_policy(policy, task: str = "transfer_cube", name: str = "policy"):
                        + (f" ({other}'s)" if other else "") + f", the {task} simulator gives {ENV_STATE[task]}")
 
 # %% ../nbs/13_sim.ipynb #97e4f7cf
+def rollout_task(task=None, task_name=None, run=None) -> str:
+    """The environment an episode plays: `task`; else a `task_name` (a task-conditioned policy's task) that is one of
+    the simulator's tasks; else the task `run`'s store was recorded in; else transfer_cube. `SimError` for a task name
+    the simulator lacks, without `task`."""
+    if task is not None:
+        _check_task(task)
+        return task
+    if task_name is not None:
+        if task_name not in TASKS:
+            raise SimError(f"--task-name {task_name}: the simulator has no task of that name (it has "
+                           f"{', '.join(TASKS)}); pass --task for the environment to play it in")
+        return task_name
+    rec = recorded_task(run) if isinstance(run, (str, Path)) and str(run) not in ("expert", "hold") else None
+    return rec or "transfer_cube"
+
 def recorded_task(run) -> str | None:
     "The simulator task a run's store was recorded in (its attrs' sim.task, as `make_demos` writes it), or None."
     from dptoolkit.checkpoint import TrainError, run_config
@@ -482,7 +497,7 @@ def rollout_table(results) -> pd.DataFrame:
     return pd.DataFrame([{k: v for k, v in r.summary().items() if k != "seeds"} for r in results]).set_index("policy")
 
 # %% ../nbs/13_sim.ipynb #91e9026a
-def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=None, seed: int = 1000,
+def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: int = 1000,
             max_steps: int = EPISODE_STEPS, video_dir=None, videos: int = 2, inference_steps=None,
             progress: bool = True, policy=None, task_name=None) -> RolloutResult:
     """`episodes` closed-loop episodes (seeds `seed` …, recorded in the result so a figure can be reproduced) in
@@ -491,8 +506,9 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
     task's 14 is refused before any episode starts. `policy`: the class of a run trained with one from a notebook cell.
     A policy object reaches the workers by value (cloudpickle), so a notebook-defined class rolls out too.
     `task_name`: the task a task-conditioned policy does (one of its `task_names`). `inference_steps`: sample each
-    action chunk in that many steps instead of the policy's own `num_inference_steps` (the result records which)."""
-    _check_task(task)
+    action chunk in that many steps instead of the policy's own `num_inference_steps` (the result records which).
+    `task` (the environment): unset, a `task_name` the simulator has, else the task the run's store was recorded in."""
+    task = rollout_task(task, task_name, run_or_policy)
     _sim()
     name = str(run_or_policy)
     if policy is not None and isinstance(run_or_policy, (str, Path)):   # a run of a notebook-defined class
@@ -525,7 +541,7 @@ def rollout(run_or_policy, task="transfer_cube", episodes: int = 10, workers=Non
         for f in cf.as_completed(futs):
             rows.append(f.result())
             bar.update(1)
-    df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True)
+    df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True).assign(task=task)
     return RolloutResult(name, df, list(vids.values()), time.perf_counter() - t0, n, steps)
 
 # %% ../nbs/13_sim.ipynb #e67088ec

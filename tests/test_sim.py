@@ -84,3 +84,17 @@ def test_insertion_expert_store_and_rollouts_in_their_own_task(tmp_path):
     with pytest.raises(SimError, match="reads env_state of 7 values .transfer_cube's., the insertion simulator gives 14"):
         check_policy(cube, "insertion")
     with pytest.raises(SimError, match="env_state of 7"): rollout(cube, "insertion", episodes=1, progress=False)
+
+
+def test_a_task_name_chooses_the_environment_of_a_task_conditioned_policy():
+    "Issue 67: --task-name of a policy told its task picks the simulator task of that name; a name it lacks: one line."
+    from dptoolkit.policy import DiffusionPolicy
+    from dptoolkit.sim import SimError, rollout, rollout_task
+    p = DiffusionPolicy(14, {"state": (14,)}, down_dims=(16, 32), task_embed_dim=4,
+                        task_names=["transfer_cube", "insertion"])
+    for name in ("insertion", "transfer_cube"):
+        res = rollout(p, task_name=name, episodes=1, workers=1, max_steps=6, progress=False)
+        assert res.episodes["task"].tolist() == [name] and res.episodes["steps"].tolist() == [6]
+    assert rollout_task("insertion", "transfer_cube") == "insertion"          # --task wins: the environment asked for
+    with pytest.raises(SimError, match="--task-name stack_cups: the simulator has no task of that name"):
+        rollout_task(None, "stack_cups")
