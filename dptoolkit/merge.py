@@ -76,9 +76,11 @@ def check_sources(sources, dest=None, keys=None) -> tuple:
         r = rinfo.arrays[k]
         for s, i in zip(srcs[1:], infos[1:]):
             a = i.arrays[k]
-            if a.shape[1:] != r.shape[1:]:
+            if a.shape[1:] != r.shape[1:]:   # e.g. two simulator tasks' env_state: not one array, not one input
+                same = [q for q in keys if all(j.arrays[q].shape[1:] == rinfo.arrays[q].shape[1:] for j in infos)]
                 raise MergeError(f"{label[s]}: data/{k} has shape {_trail(a.shape)}, expected {_trail(r.shape)} as in "
-                                 f"{label[ref]}")
+                                 f"{label[ref]}; leave it out with --keys {','.join(same) or '...'} (one policy "
+                                 "reads the same keys in every task)")
             if a.dtype != r.dtype:
                 raise MergeError(f"{label[s]}: data/{k} has dtype {a.dtype}, expected {r.dtype} as in {label[ref]}")
     return srcs, infos, keys
@@ -89,7 +91,8 @@ def _source_tasks(path: Path, info: StoreInfo, g) -> tuple:
     meta = dict(g["meta"].arrays())
     if info.task_names and "episode_task" in meta:
         return list(info.task_names), np.asarray(meta["episode_task"][:], dtype=np.int64)
-    return [path.name.removesuffix(".zarr")], np.zeros(info.episodes, dtype=np.int64)
+    sim = (info.attrs or {}).get("sim") or {}   # a simulator's demonstrations: its task's name (dpt sim-data)
+    return [sim.get("task") or path.name.removesuffix(".zarr")], np.zeros(info.episodes, dtype=np.int64)
 
 def _plan_tasks(srcs, infos, groups, task_names=None):
     "Global task names and the per-episode task index of the merged store."

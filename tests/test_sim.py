@@ -98,3 +98,17 @@ def test_a_task_name_chooses_the_environment_of_a_task_conditioned_policy():
     assert rollout_task("insertion", "transfer_cube") == "insertion"          # --task wins: the environment asked for
     with pytest.raises(SimError, match="--task-name stack_cups: the simulator has no task of that name"):
         rollout_task(None, "stack_cups")
+
+
+def test_two_simulator_tasks_merge_into_a_store_named_by_their_tasks(tmp_path):
+    "Issue 67: env_state differs in size across the tasks (7 / 14): merge names it and the keys it can take instead."
+    from dptoolkit.merge import MergeError, merge
+    from dptoolkit.sim import make_demos
+    for t in ("transfer_cube", "insertion"):
+        make_demos(t, n=1, out=tmp_path / f"{t[:4]}.zarr", workers=1, progress=False)
+    with pytest.raises(MergeError, match=r"data/env_state has shape \(\*, 14\), expected \(\*, 7\).*--keys action,state"):
+        merge([tmp_path / "tran.zarr", tmp_path / "inse.zarr"], tmp_path / "two.zarr", progress=False)
+    assert not (tmp_path / "two.zarr").exists()
+    info = merge([tmp_path / "tran.zarr", tmp_path / "inse.zarr"], tmp_path / "two.zarr", keys=["state", "action"],
+                 progress=False)
+    assert info.task_names == ["transfer_cube", "insertion"]      # the simulator's task names, not the file names
