@@ -124,7 +124,8 @@ def main():
     if a.resume_check:
         import torch
         from safetensors.torch import load_file
-        bc, ov = out / f"bc{a.bc_seeds.split(',')[0]}", rl_ov + ["rl.checkpoint_every=1", "rl.states=2"]
+        bc, ov = out / f"bc{a.bc_seeds.split(',')[0]}", rl_ov + ["rl.checkpoint_every=1", "rl.states=2",
+                                                                 "rl.keep_checkpoints=10"]
         finetune(bc, out=out / "rs-full", nprocs=a.nprocs, progress=False, overrides=ov + ["rl.iterations=4"])
         finetune(bc, out=out / "rs-half", nprocs=a.nprocs, progress=False, overrides=ov + ["rl.iterations=2"])
         finetune(bc, out=out / "rs-half", nprocs=a.nprocs, progress=False, overrides=["rl.iterations=4"])
