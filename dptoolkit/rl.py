@@ -257,9 +257,15 @@ def success_on(policy, seeds, task: str = "transfer_cube", noise: Noise | None =
         out += [e["success"] for e in p.episodes]
     return out
 
-# %% ../nbs/14_rl.ipynb #0e77e5ee
+# %% ../nbs/14_rl.ipynb #9c59baa1
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized(): dist.all_reduce(t)
+    "Sum `t` over the ranks in place (NCCL reduces CUDA tensors only: a CPU tensor goes through the rank's GPU)."
+    if not (dist.is_available() and dist.is_initialized()): return t
+    if dist.get_backend() == "nccl" and not t.is_cuda:
+        u = t.cuda()
+        dist.all_reduce(u)
+        return t.copy_(u.cpu())
+    dist.all_reduce(t)
     return t
 
 def _gather(obj) -> list:
