@@ -67,16 +67,23 @@ def test_ctrl_c_while_runs_start_records_them_stopped_not_failed(merged, tmp_pat
     "Issue 69: the user's Ctrl-C stops the study's runs wherever they are (starting ranks too): `stopped`, resumable."
     import signal, subprocess, sys, time
     out = tmp_path / "s"
+    # SIGINT as a terminal's Ctrl-C delivers it (a background job, as CI runs the tests, inherits it ignored)
     p = subprocess.Popen([sys.executable, "-m", "dptoolkit.cli", "study", "--config", "test", "--data", str(merged),
                           "--grid", "optimizer.lr=1e-3,2e-3", "--seeds", "0", "--out", str(out), "--parallel", "1",
                           "--no-progress", "training.max_steps=100000", "training.log_every=5"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pid = out / "runs" / "optimizer.lr=0.001-seed0" / ".study-pid"
-    t0 = time.time()
-    while not pid.exists() and time.time() - t0 < 60: time.sleep(0.1)
-    time.sleep(1.0)                                     # its ranks are starting
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    try:
+        t0 = time.time()
+        while not pid.exists() and time.time() - t0 < 60: time.sleep(0.1)
+        time.sleep(1.0)                                     # its ranks are starting
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=180)
+    finally:                                                # never leave a study training on
+        if p.poll() is None:
+            p.terminate()
+            p.wait(timeout=180)
     rec = _records(out)["optimizer.lr=0.001-seed0"]
     assert rec["status"] == "stopped", (rec, err[-2000:])
     assert "failed" not in dpt("study", out, "--status", check=0).stdout
