@@ -791,11 +791,12 @@ COMMANDS.update({
                     "Under torchrun: torchrun --nproc-per-node 2 -m dptoolkit.cli finetune RUN --out DIR.",
         examples=["dpt finetune runs/bc rl.iterations=20 rl.states=4 --out runs/bc-rl --nprocs 2",
                   "dpt finetune runs/bc rl.noise=learned rl.lr=3e-5 --out runs/bc-rl",
-                  "dpt finetune runs/bc rl.iterations=30 --out runs/bc-rl"],
+                  "dpt finetune runs/bc rl.weigh=episode training.device=cuda --out runs/bc-rl --nprocs 1"],
         args=[_a("run", help="the run folder to start from (its latest checkpoint's EMA policy)"),
               _a("--out", required=True, help="the fine-tuned run's folder"),
               _a("--nprocs", type=count, default=2, help="ranks (default 2; each plays its own initial states)"),
-              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="rl.* settings, e.g. rl.group=8")]),
+              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="rl.* settings, e.g. rl.group=8; "
+                       "training.device=auto|cpu|cuda (default auto: a GPU if one is visible)")]),
 })
 
 # %% ../nbs/08_cli.ipynb #87b4f36e

@@ -19,12 +19,12 @@ from .objective import Objective
 from .stats import wilson
 
 # %% auto #0
-__all__ = ['RL_DEFAULTS', 'RLError', 'rl_config', 'shard_states', 'leave_one_out', 'kept_groups', 'update_solved', 'drawable',
-           'LearnedNoise', 'Noise', 'check_rl_policy', 'sample_chunk', 'chunk_log_prob', 'Played', 'Envs', 'play',
-           'success_on', 'ppo_update', 'prepare_finetune', 'finetune_worker', 'finetune', 'is_rl_run', 'rl_log',
-           'rl_summary', 'plot_rl']
+__all__ = ['RL_DEFAULTS', 'UPDATES', 'RLError', 'rl_config', 'shard_states', 'leave_one_out', 'kept_groups', 'update_solved',
+           'drawable', 'LearnedNoise', 'Noise', 'check_rl_policy', 'sample_chunk', 'chunk_log_prob', 'Played', 'Envs',
+           'play', 'success_on', 'ppo_update', 'imitate_update', 'prepare_finetune', 'finetune_worker', 'finetune',
+           'is_rl_run', 'rl_log', 'rl_summary', 'plot_rl']
 
-# %% ../nbs/14_rl.ipynb #31f7a382
+# %% ../nbs/14_rl.ipynb #f40081e2
 RL_DEFAULTS = dict(
     task=None,            # simulator task (None: the one the run's store was recorded in: its attrs' sim.task)
     iterations=10,        # RL iterations: rollouts, then PPO epochs
@@ -41,8 +41,11 @@ RL_DEFAULTS = dict(
     lr=1.0e-5,
     weight_decay=0.0,
     max_grad_norm=1.0,
+    weigh="decision",     # decision: every chunk counts once | episode: each episode once, whatever its length
+    method="ppo",         # ppo (RIPT's LOOP) | imitate (the training loss on the successful episodes' chunks)
     noise="sde",          # sde (flow-SDE: the ODE's marginals) | learned (flow-noise: a learned std per step)
     noise_level=0.2,      # sde: a in σ_t = a·√(t/(1 − t)) (πRL's 0.5 leaves transfer-cube no success); learned: std
+    min_std=0.0,          # a floor on every Euler step's std, sampling and likelihood alike (DPPO clips at 0.1)
     inference_steps=None, # Euler steps per chunk (None: the policy's num_inference_steps)
     max_steps=400,        # environment steps per episode
     checkpoint_every=5,   # iterations between checkpoints (and the last)
@@ -55,13 +58,18 @@ class RLError(ValueError):
 
 def rl_config(cfg, overrides=()) -> "DictConfig":
     """The run's config with an `rl` section: the defaults, then what `cfg` already has (a resumed fine-tuning run),
-    `overrides` (`rl.KEY=VALUE`); `RLError` naming an override outside `rl.*` or a key that does not exist."""
+    `overrides` (`rl.KEY=VALUE`, and `training.device=auto|cpu|cuda`: where this run trains, whatever the source run
+    used); `RLError` naming an override outside those or a key that does not exist."""
     cfg = OmegaConf.create(OmegaConf.to_container(cfg))
     rl = OmegaConf.merge(OmegaConf.create(RL_DEFAULTS), cfg.get("rl") or {})
     for o in overrides:
         key, eq, val = str(o).partition("=")
+        if eq and key == "training.device" and val in ("auto", "cpu", "cuda"):
+            OmegaConf.update(cfg, key, val)
+            continue
         if not eq or not key.startswith("rl."):
-            raise RLError(f"{o!r}: fine-tuning overrides are rl.KEY=VALUE (e.g. rl.iterations=20)")
+            raise RLError(f"{o!r}: fine-tuning overrides are rl.KEY=VALUE (e.g. rl.iterations=20) or "
+                          "training.device=auto|cpu|cuda")
         if key[3:] not in RL_DEFAULTS:
             raise RLError(f"{key}: no such setting (rl.* has {', '.join(RL_DEFAULTS)})")
         rl[key[3:]] = OmegaConf.from_dotlist([f"v={val}"]).v   # typed as YAML reads it: 4, 3e-5, null, sde
@@ -104,7 +112,7 @@ def drawable(states, table: dict, skip: int) -> list:
 
 def _key(state) -> str: return f"{state[0]}:{state[1]}"
 
-# %% ../nbs/14_rl.ipynb #cc75815e
+# %% ../nbs/14_rl.ipynb #e2d6f204
 class LearnedNoise(torch.nn.Module):
     "A log-std per Euler step and action dimension (flow-noise), std bounded to [0.01, 1]."
     def __init__(self, steps: int, action_dim: int, init: float = 0.1):
@@ -120,6 +128,11 @@ class Noise:
     level: float = 0.5
     learned: LearnedNoise | None = None
     steps: int = 10
+    floor: float = 0.0    # no step's std below this (`rl.min_std`)
+
+def _floored(noise: Noise, std):
+    "The step's std with the noise's floor applied (DPPO's clip: a tiny std makes every likelihood ratio huge)."
+    return std.clamp_min(noise.floor) if noise.floor > 0 else std
 
 def _step_std(noise: Noise, k, like):
     "The learned std of step(s) `k` shaped like the chunk batch `like`, or None (the SDE's own)."
@@ -137,7 +150,7 @@ def check_rl_policy(policy, name: str = "policy"):
                       "RL post-training needs policy.objective=flow (its SDE sampler), or a policy class with "
                       "sample_chunk / chunk_log_prob")
 
-# %% ../nbs/14_rl.ipynb #51849f30
+# %% ../nbs/14_rl.ipynb #cc139e94
 def sample_chunk(policy, obs: dict, generator, noise: Noise) -> dict:
     """Sample action chunks through the stochastic steps: {'action': the n_action_steps to execute (B, n, D), 'path':
     the chain (B, K + 1, horizon, D) in the policy's normalized space, 'log_prob': each step's (B, K)}."""
@@ -152,6 +165,7 @@ def sample_chunk(policy, obs: dict, generator, noise: Noise) -> dict:
             t = torch.full((B,), 1.0 - k * dt, device=x.device)
             mean, std = obj.sde_step(x, policy.model(x, obj.model_time(t), cond), t, dt, noise.level,
                                      _step_std(noise, k, x))
+            std = _floored(noise, std)
             x = mean + std * torch.randn(x.shape, device=x.device, generator=generator)
             path.append(x)
             logp.append(obj.log_prob(x, mean, std.expand_as(x)))
@@ -170,7 +184,7 @@ def chunk_log_prob(policy, obs: dict, path, noise: Noise) -> torch.Tensor:
     t = (1.0 - torch.arange(K, device=path.device) * dt).repeat(B).to(path.dtype)
     k = torch.arange(K, device=path.device).repeat(B)
     mean, std = obj.sde_step(x, policy.model(x, obj.model_time(t), cond), t, dt, noise.level, _step_std(noise, k, x))
-    return obj.log_prob(nxt, mean, std.expand_as(nxt)).reshape(B, K)
+    return obj.log_prob(nxt, mean, _floored(noise, std).expand_as(nxt)).reshape(B, K)
 
 # %% ../nbs/14_rl.ipynb #e8fae1dd
 @dataclass
@@ -275,9 +289,9 @@ def _gather(obj) -> list:
     dist.all_gather_object(out, obj)
     return out
 
-# %% ../nbs/14_rl.ipynb #5f2ef44b
-def _ppo_loss(policy, played: Played, part, A, rl, noise: Noise, n: float):
-    "(loss over `part`'s steps / n, its (clipped steps, KL sum, steps)): PPO-clip, dual-clipped for A < 0."
+# %% ../nbs/14_rl.ipynb #db79a91e
+def _ppo_loss(policy, played: Played, part, A, W, rl, noise: Noise, n: float):
+    "(loss over `part`'s steps weighted by `W`, / n; (clipped steps, KL sum, steps)): PPO-clip, dual-clip for A < 0."
     dev = next(policy.parameters()).device
     obs = {k: v[part].to(dev) for k, v in played.obs.items()}
     logp = chunk_log_prob(policy, obs, played.path[part].to(dev), noise)
@@ -285,6 +299,7 @@ def _ppo_loss(policy, played: Played, part, A, rl, noise: Noise, n: float):
     a = A[part].to(dev)[:, None]
     obj = torch.minimum(ratio * a, ratio.clamp(1 - rl.clip, 1 + rl.clip) * a)
     if rl.dual_clip: obj = torch.where(a < 0, torch.maximum(obj, float(rl.dual_clip) * a), obj)
+    obj = obj * W[part].to(dev)[:, None]
     with torch.no_grad():
         r = ratio.double()
         stats = torch.stack([((r - 1).abs() > rl.clip).sum(), ((r - 1) - r.log()).sum(),
@@ -297,15 +312,18 @@ def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, n
     fraction, approximate KL, the steps used and the optimizer steps taken."""
     A = torch.as_tensor(adv, dtype=torch.float32)[played.episode]
     kept = torch.nonzero(A != 0).flatten()
+    W = torch.ones(len(A))
+    if rl.get("weigh", "decision") == "episode":   # an episode's chunks share one weight: a long failure is one sample
+        W = 1.0 / torch.bincount(played.episode, minlength=len(adv)).float()[played.episode]
     K, sums, taken = played.log_prob.shape[1], torch.zeros(3, dtype=torch.float64), 0
     for _ in range(int(rl.epochs)):
         order, stop = kept[torch.randperm(len(kept), generator=generator)], False
         for part in order.tensor_split(int(rl.minibatches)):
-            n = _all_reduce(torch.tensor([float(len(part) * K)]))[0].item()
+            n = _all_reduce(torch.tensor([float(W[part].sum()) * K]))[0].item()
             if n == 0: continue            # no rank kept anything: no step
             st = torch.zeros(3, dtype=torch.float64)
             if len(part):
-                loss, st = _ppo_loss(policy, played, part, A, rl, noise, n)
+                loss, st = _ppo_loss(policy, played, part, A, W, rl, noise, n)
                 loss.backward()
             grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]
             flat = _all_reduce(torch.cat(grads + [st.to(grads[0])]))   # the gradients and the minibatch's figures
@@ -326,7 +344,37 @@ def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, n
     return dict(clip_frac=(sums[0] / sums[2]).item() if sums[2] else 0.0,
                 approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]), updates=taken)
 
-# %% ../nbs/14_rl.ipynb #7ac39353
+# %% ../nbs/14_rl.ipynb #8edea77c
+def imitate_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, noise: Noise, generator) -> dict:
+    """`rl.epochs` × `rl.minibatches` steps of the policy's training loss on the decisions of this iteration's
+    successful episodes (observation window → the chunk sampled there); the same fields as `ppo_update`."""
+    ok = torch.tensor([bool(e["success"]) for e in played.episodes] + [False])
+    keep = torch.nonzero(ok[played.episode]).flatten() if len(played.episode) else played.episode
+    dev, taken, total = next(policy.parameters()).device, 0, _all_reduce(torch.tensor([float(len(keep))]))[0].item()
+    for _ in range(int(rl.epochs) if total else 0):
+        for part in keep[torch.randperm(len(keep), generator=generator)].tensor_split(int(rl.minibatches)):
+            n = _all_reduce(torch.tensor([float(len(part))]))[0].item()
+            if n == 0: continue
+            if len(part):
+                obs = {k: v[part].to(dev) for k, v in played.obs.items()}
+                batch = {"obs": obs, "action": policy.to_action(played.path[part, -1].to(dev), obs)}
+                g = torch.Generator(dev).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+                (policy(batch, **(policy.draw(batch, g) or {})) * len(part) / n).backward()
+            flat = _all_reduce(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                                          for p in params]))
+            i = 0
+            for p in params:
+                p.grad = flat[i:i + p.numel()].view_as(p).clone()
+                i += p.numel()
+            torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            taken += 1
+    return dict(clip_frac=0.0, approx_kl=0.0, kept_steps=int(total), updates=taken)
+
+UPDATES = {"ppo": ppo_update, "imitate": imitate_update}
+
+# %% ../nbs/14_rl.ipynb #90a20470
 def _sim_task(cfg, run) -> str:
     "The simulator task of the run's store (its attrs' sim.task, as `dpt sim-data` writes it); `RLError` without one."
     from dptoolkit.sim import recorded_task
@@ -346,9 +394,12 @@ def _check_settings(rl, nprocs: int):
         raise RLError(f"{nprocs} ranks but rl.pool={rl.pool} initial states: each rank needs states of its own; "
                       f"raise rl.pool or use at most {rl.pool} ranks")
     if rl.noise not in ("sde", "learned"): raise RLError(f"rl.noise={rl.noise!r}: expected sde or learned")
+    if rl.weigh not in ("decision", "episode"): raise RLError(f"rl.weigh={rl.weigh!r}: expected decision or episode")
+    if rl.method not in ("ppo", "imitate"): raise RLError(f"rl.method={rl.method!r}: expected ppo or imitate")
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
+    if not float(rl.min_std) >= 0: raise RLError(f"rl.min_std={rl.min_std}: must be ≥ 0 (0: the SDE's own std)")
 
-# %% ../nbs/14_rl.ipynb #65fa8702
+# %% ../nbs/14_rl.ipynb #c24f9fc3
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
@@ -364,6 +415,8 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     if old is not None and "rl" not in old:
         raise RLError(f"--out {out}: holds a training run (config.yaml without rl): choose a new folder")
     base = old if old is not None else run_config(run)
+    if old is None: base.training.device = "auto"   # a new run picks its devices here (a GPU if one is visible),
+                                                   # not where the source run happened to train
     ckpt = Path(old.source.checkpoint) if old is not None else latest_checkpoint(run)
     cfg = rl_config(base, overrides)
     _check_settings(cfg.rl, nprocs)
@@ -383,7 +436,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     cfg.logging.run_dir = str(out)
     return cfg
 
-# %% ../nbs/14_rl.ipynb #0c1996e5
+# %% ../nbs/14_rl.ipynb #8a3f1534
 class _RL:
     "What a rank holds: the policy, its optimizer, the noise, the random streams and the run's position."
     def __init__(self, **kw): self.__dict__.update(kw)
@@ -394,6 +447,10 @@ def _rl_setup(cfg) -> _RL:
     rank, world, local = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)))
     cuda = torch.cuda.is_available() and cfg.training.device != "cpu"
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:   # exact resume on a GPU needs deterministic kernels: without, two runs of one iteration on an H200
+        from torch.backends import cudnn                            # differed by 1.8e-12 (bench/RESULTS.md)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        cudnn.benchmark = False
     if world > 1 and not dist.is_initialized():   # torchrun: env://
         from dptoolkit.parallelize import rendezvous
         rendezvous("nccl" if cuda else "gloo", cfg.ddp.timeout_s, device_id=device if cuda else None)
@@ -408,7 +465,7 @@ def _rl_setup(cfg) -> _RL:
     steps = int(rl.inference_steps or getattr(policy, "num_inference_steps", 10))
     learned = LearnedNoise(steps, policy.action_dim, float(rl.noise_level)) if rl.noise == "learned" else None
     if learned is not None: learned.to(device)
-    noise = Noise(rl.noise, float(rl.noise_level), learned, steps)
+    noise = Noise(rl.noise, float(rl.noise_level), learned, steps, float(rl.min_std))
     params = [p for p in policy.parameters() if p.requires_grad] + (list(learned.parameters()) if learned else [])
     opt = torch.optim.AdamW(params, lr=float(rl.lr), weight_decay=float(rl.weight_decay))
     seed = int(rl.seed) * 1_000_003 + rank
@@ -446,7 +503,7 @@ def _draw(R: _RL) -> list:
     pick = torch.randperm(len(pool), generator=R.draw_gen)[:int(R.rl.states)]
     return [pool[i] for i in pick.tolist()]
 
-# %% ../nbs/14_rl.ipynb #ba244d93
+# %% ../nbs/14_rl.ipynb #0a2f962f
 def _iteration(R: _RL) -> dict:
     "Draw, play, score, update: one iteration on this rank; returns its totals over every rank."
     t0, rl = time.perf_counter(), R.rl
@@ -457,7 +514,7 @@ def _iteration(R: _RL) -> dict:
     everyone = _gather([((_key(s), bool(rewards[i].all())), s[1]) for i, s in enumerate(states)])
     for reports in everyone: update_solved(R.solved, [r for r, _ in reports])
     t1 = time.perf_counter()
-    st = ppo_update(R.policy, R.params, R.opt, played, adv.reshape(-1), rl, R.noise, R.draw_gen)
+    st = UPDATES[rl.method](R.policy, R.params, R.opt, played, adv.reshape(-1), rl, R.noise, R.draw_gen)
     t2 = time.perf_counter()
     tot = _all_reduce(torch.tensor([rewards.size, rewards.sum(), len(states), kept_groups(rewards).sum(),
                                     t1 - t0, t2 - t1], dtype=torch.float64))

@@ -2,7 +2,7 @@
 the gradient all-reduce against one process holding every rank's data, and each bad input refused in one line before
 any rank starts. (The leave-one-out advantage, the kept-group rule and one Euler step's log-likelihood by hand are
 checked in the rl and objective chapters.)"""
-import json, os, shutil, subprocess, sys, textwrap
+import json, os, re, shutil, subprocess, sys, textwrap
 
 import pytest
 import torch
@@ -133,3 +133,17 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("dpt: error: rl.group=1")
     r = dpt("finetune", run, "--out", tmp_path / "o", "training.seed=3", check=1)
     assert "rl.KEY=VALUE" in r.stderr
+    for bad, says in (("rl.min_std=-1", "rl.min_std=-1: must be ≥ 0"), ("rl.weigh=chunk", "expected decision or episode"),
+                      ("rl.method=sft", "rl.method='sft': expected ppo or imitate"),
+                      ("training.device=tpu", "training.device=auto|cpu|cuda")):
+        with pytest.raises(RLError, match=re.escape(says)): prepare_finetune(run, tmp_path / "o", 2, [bad])
+    # the source run trained on the CPU; its fine-tune picks its own device (auto: a GPU where one is visible)
+    assert yaml_device(run) == "cpu"
+    assert prepare_finetune(run, tmp_path / "o", 2).training.device == "auto"
+    assert prepare_finetune(run, tmp_path / "o", 2, ["training.device=cpu"]).training.device == "cpu"
+    assert not (tmp_path / "o").exists()
+
+
+def yaml_device(run) -> str:
+    from omegaconf import OmegaConf
+    return OmegaConf.load(run / "config.yaml").training.device
