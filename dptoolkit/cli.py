@@ -128,13 +128,8 @@ def cmd_convert(a):
 # %% ../nbs/08_cli.ipynb #3fec3607
 def _print_memory(cfg, n: int):
     "`dpt config`'s memory lines: each rank's model state (strategy chapter), and on a GPU the launch's warning."
-    import torch
-    from dptoolkit.strategy import memory_summary, memory_warning
-    mem = memory_summary(cfg, n)
-    if mem: print(f"# memory: {mem}")
-    if torch.cuda.is_available():   # what the launch would warn of, said now
-        w = memory_warning(cfg, n, torch.cuda.get_device_properties(0).total_memory)
-        if w: print(f"# warning: {w}")
+    from dptoolkit.strategy import config_notes   # the config form shows the same lines
+    for line in config_notes(cfg, n): print(f"# {line}")
 
 def cmd_config(a):
     from omegaconf import OmegaConf

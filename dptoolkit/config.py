@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_config.ipynb #c079f88e
 from __future__ import annotations
-import difflib, math, os, re
+import difflib, html, math, os, re
 from dataclasses import dataclass, asdict
 from importlib import resources
 from pathlib import Path
@@ -16,9 +16,9 @@ from fastcore.basics import patch
 from .store import StoreError, describe
 
 # %% auto #0
-__all__ = ['DIM_CONFIGS', 'ConfigError', 'config_dir', 'available_configs', 'select_config', 'check_config', 'apply_overrides',
-           'load_config', 'store_cameras', 'for_store', 'Plan', 'plan', 'Devices', 'resolve_devices', 'ConfigForm',
-           'config_form']
+__all__ = ['DIM_CONFIGS', 'MEMORY_NOTES', 'ConfigError', 'config_dir', 'available_configs', 'select_config', 'check_config',
+           'apply_overrides', 'load_config', 'store_cameras', 'for_store', 'Plan', 'plan', 'Devices', 'resolve_devices',
+           'memory_notes', 'ConfigForm', 'config_form']
 
 # %% ../nbs/02_config.ipynb #295ecb8a
 class ConfigError(ValueError):
@@ -442,6 +442,14 @@ def resolve_devices(num_gpus=None, gpu_ids=None, *, visible=None) -> Devices:
     return Devices("cpu", [], k, "gloo",
                    f"no CUDA GPU visible{seen}: running {k} CPU process{'es' if k > 1 else ''} with gloo")
 
+# %% ../nbs/02_config.ipynb #2b21c44e
+MEMORY_NOTES: list = []   # callables (cfg, world_size) → lines; the strategy room adds its memory plan (this data room
+                          # never imports the model side: the hook lets the form show what only that side can compute)
+
+def memory_notes(cfg, world_size: int) -> list:
+    "The lines every registered room writes about `cfg` at `world_size` (the strategy room: each rank's memory)."
+    return [line for note in MEMORY_NOTES for line in (note(cfg, world_size) or [])]
+
 # %% ../nbs/02_config.ipynb #5282a349
 class ConfigForm:
     "An ipywidgets form over `for_store` + `plan`; `result` holds the config after the button is pressed."
@@ -512,7 +520,8 @@ def refresh(self: ConfigForm):
     "Re-plan and redraw the table; an invalid value shows its one-line error and disables the button."
     try:
         p = self.plan()
-        self.out.value = p.table().to_html()
+        notes = memory_notes(self.cfg(), self.world_size)   # each rank's memory, once the strategy room is loaded
+        self.out.value = p.table().to_html() + "".join(f"<br><code>{html.escape(n)}</code>" for n in notes)
         self.button.disabled = False
         self.error = None
     except (ConfigError, ValueError) as e:

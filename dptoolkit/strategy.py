@@ -16,11 +16,12 @@ from .checkpoint import (TrainError, _last_good, latest_checkpoint, load_checkpo
                                   write_checkpoint)
 from .fsdp import (bytes_line, checkpoint_activations, load_optimizer, memory_plan, optimizer_from_ids,
                             rank_bytes, same_as_rank0, save_sharded, shard_model, shard_units)
+from .config import MEMORY_NOTES
 from .parallelize import _buffer_sync
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'Strategy', 'DDPStrategy', 'FSDPStrategy', 'strategy_for', 'memory_warning', 'memory_summary',
-           'save_run', 'restore']
+           'config_notes', 'save_run', 'restore']
 
 # %% ../nbs/05g_strategy.ipynb #db81e797
 class Strategy:
@@ -155,6 +156,17 @@ def memory_summary(cfg, world_size: int, policy=None) -> str | None:
     gb = lambda b: f"{b / 1e9:.2f} GB"
     return (f"{s.name} at world {world_size}: {gb(est[s.name])} per rank for the {n / 1e6:.1f} M parameters' weights, "
             f"gradients, AdamW{' and EMA' if cfg.ema.enable else ''} before activations ({other}: {gb(est[other])})")
+
+# %% ../nbs/05g_strategy.ipynb #574e8a0d
+def config_notes(cfg, world_size: int) -> list:
+    "`dpt config`'s and the config form's memory lines: each rank's model state, and on a GPU the launch's warning."
+    lines = [f"memory: {m}"] if (m := memory_summary(cfg, world_size)) else []
+    if torch.cuda.is_available():   # what the launch would warn of, said before anything starts
+        w = memory_warning(cfg, world_size, torch.cuda.get_device_properties(0).total_memory)
+        if w: lines.append(f"warning: {w}")
+    return lines
+
+MEMORY_NOTES[:] = [f for f in MEMORY_NOTES if getattr(f, "__name__", "") != "config_notes"] + [config_notes]
 
 # %% ../nbs/05g_strategy.ipynb #e9e83eb9
 @torch.no_grad()
