@@ -634,6 +634,8 @@ def exited(self: _Supervisor, rank):
     code = self.procs[rank].exitcode
     if self.failure is None and rank not in self.finished:
         cause = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
+        if self.stop_at.get("name") == "SIGINT" and code > 0:   # a terminal's Ctrl-C reached it while it started:
+            cause = f"KeyboardInterrupt while starting ({cause})"   # Python's own, before the rank could report
         if self.stop_at and code < 0:
             cause += f" (the launcher passed on {self.stop_at['name']}; this rank was not handling it)"
         self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",

@@ -80,6 +80,28 @@ def test_interrupt_stops_children(tmp_path):
 
 
 
+def test_a_rank_that_ctrl_c_ended_while_it_started_reads_as_interrupted():
+    """Issue 69: a terminal's Ctrl-C reaches the ranks too; one still starting ends with Python's KeyboardInterrupt
+    (exit code 1) before it can report. After the launcher passed SIGINT on, that is the user's stop, not a death:
+    `dpt` then says "interrupted" (rc 130) as for any Ctrl-C, never "rank 1 died (exit code 1)"."""
+    import multiprocessing as mp
+    from dptoolkit.launch import _Bar, _Supervisor
+    p = mp.get_context("fork").Process(target=os._exit, args=(1,))
+    p.start()
+    p.join()
+    sup = _Supervisor([p], {}, _Bar(False), None, 10.0)
+    sup.stop_at.update(t=time.monotonic(), name="SIGINT", signum=signal.SIGINT)
+    sup.exited(0)
+    assert sup.failure.cause == "KeyboardInterrupt while starting (exit code 1)"
+    with pytest.raises(KeyboardInterrupt): sup.run()
+    q = mp.get_context("fork").Process(target=os._exit, args=(1,))   # without a Ctrl-C it is a death, as before
+    q.start()
+    q.join()
+    sup = _Supervisor([q], {}, _Bar(False), None, 10.0)
+    sup.exited(0)
+    with pytest.raises(LaunchError, match=r"rank 0 died \(exit code 1\)"): sup.run()
+
+
 def test_sigterm_while_the_ranks_start_reaches_them(tmp_path):
     """A SIGTERM that reaches the launcher while its ranks are being started (its forkserver still importing torch, no
     rank yet) still reaches every rank: the run stops in seconds, not after `stop_grace` (CI once failed on a `dpt
