@@ -288,20 +288,34 @@ def cmd_sim_data(a):
                    noise=a.noise)
     print(d)
 
+def _rollout_tasks(a) -> list | None:
+    """`--tasks`, else for `--every` / `--watch` without --task / --task-name every simulator task of the run's store
+    (a merge of several: one record a checkpoint, success per task); None: the one task."""
+    from dptoolkit.sim import TASKS, recorded_tasks
+    if a.tasks:
+        names = [t for t in a.tasks.split(",") if t]
+        bad = [t for t in names if t not in TASKS]
+        if bad: raise CLIError(f"--tasks {a.tasks}: the simulator has no task {bad[0]!r} (it has {', '.join(TASKS)})")
+        return names
+    if (a.every is None and not a.watch) or a.task or a.task_name: return None
+    names = recorded_tasks(a.run)
+    return names if len(names) > 1 else None
+
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
     from dptoolkit.sim import rollout, rollout_run, rollout_table, rollout_task, watch_rollouts
+    tasks = _rollout_tasks(a)                           # several simulator tasks (a merged store's), or None
     a.task = rollout_task(a.task, a.task_name, a.run)   # --task, else --task-name's, else the run's recorded task
     if a.watch:      # what train starts beside its ranks (eval.rollout_every)
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
-                       log=lambda m: print(m, flush=True))
+                       log=lambda m: print(m, flush=True), tasks=tasks)
         return
     if a.steps and a.every is not None:   # (--watch returned above)
         raise CLIError("--steps is for one run's final policy; --every rolls out each checkpoint as it was "
                        "trained (policy.num_inference_steps)")
     if a.every is not None:
         recs = rollout_run(a.run, a.every, a.task, a.episodes, a.seed, a.workers, progress=not a.json,
-                           max_steps=a.max_steps)
+                           max_steps=a.max_steps, tasks=tasks)
         if a.json: print(recs.to_json(orient="records", indent=1))
         return
     if a.steps: _steps_note(a.run, a.steps)
@@ -682,7 +696,8 @@ COMMANDS.update({
                     "rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
         examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/",
                   "dpt rollout expert --episodes 20", "dpt rollout runs/flow --episodes 50 --steps 1",
-                  "dpt rollout runs/sim --every 500 --episodes 20 --seed 100000"],
+                  "dpt rollout runs/sim --every 500 --episodes 20 --seed 100000",
+                  "dpt rollout runs/two-tasks --every 0 --tasks transfer_cube,insertion --episodes 20"],
         args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
               _a("--task", choices=["transfer_cube", "insertion"],
                  help="the simulator task (default: the one the run's store was recorded in, else transfer_cube)"),
@@ -698,6 +713,8 @@ COMMANDS.update({
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),
               _a("--videos", type=count0, default=2, help="episodes to film with --video (default 2)"),
               _a("--every", type=count0, help="roll out each saved checkpoint at a multiple of EVERY steps (0: all)"),
+              _a("--tasks", help="with --every: roll each checkpoint out in each of these simulator tasks, comma-"
+                 "separated (default: every task of a merged simulator store); one record, success per task"),
               _a("--watch", type=count, help=argparse.SUPPRESS),     # train's watcher: every WATCH steps, as they come
               _a("--parent", type=int, help=argparse.SUPPRESS),
               _JSON("the results"), _NO_PROGRESS]),

@@ -139,6 +139,19 @@ def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
         pos += nb
     assert pos == out.shape[0], (key, pos, out.shape)
 
+# %% ../nbs/01_merge.ipynb #46b1e5a5
+def _sim_attrs(infos, keys) -> dict | None:
+    """When every source was made by the simulator (`dpt sim-data`): what closed loop can play from the merged store --
+    its simulator tasks in order (`task` too when there is one), the observation keys every source's simulator gives
+    that the merge kept; None otherwise."""
+    sims = [(i.attrs or {}).get("sim") for i in infos]
+    if not all(sims): return None
+    tasks = list(dict.fromkeys(s.get("task", "transfer_cube") for s in sims))
+    return dict(task=tasks[0] if len(tasks) == 1 else None, tasks=tasks, camera=all(s.get("camera") for s in sims),
+                size=sims[0].get("size"), steps=sims[0].get("steps"),
+                keys=[k for k in (sims[0].get("keys") or [])
+                      if k in keys and all(k in (s.get("keys") or []) for s in sims)])
+
 # %% ../nbs/01_merge.ipynb #16027b3f
 def _dir_bytes(p) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
@@ -178,7 +191,8 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
                                      compressors=None, config=ALL_CHUNKS)
                 m[...] = values
             out.attrs.update(task_names=names, merge=dict(sources=provenance, keys=keys, dptoolkit=__version__,
-                                                          created=time.strftime("%Y-%m-%dT%H:%M:%S")))
+                                                          created=time.strftime("%Y-%m-%dT%H:%M:%S")),
+                             **({"sim": sim} if (sim := _sim_attrs(infos, keys)) else {}))
             validate(tmp)
     except StoreError as e: raise MergeError(str(e)) from None   # a damaged source chunk: named by read_chunk_rows
     except OSError as e:

@@ -17,8 +17,9 @@ from .stats import wilson   # the Wilson interval of every success rate (stats c
 # %% auto #0
 __all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'WAYPOINTS', 'SIM_OBS', 'SimError', 'SimUnstable',
            'AlohaSim', 'transfer_waypoints', 'insertion_waypoints', 'expert_episode', 'Demos', 'make_demos',
-           'check_policy', 'rollout_task', 'recorded_task', 'task_index', 'rollout_episode', 'RolloutResult',
-           'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
+           'check_policy', 'rollout_task', 'recorded_task', 'recorded_tasks', 'task_index', 'rollout_episode',
+           'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
+           'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
@@ -368,9 +369,17 @@ def rollout_task(task=None, task_name=None, run=None) -> str:
 
 def recorded_task(run) -> str | None:
     "The simulator task a run's store was recorded in (its attrs' sim.task, as `make_demos` writes it), or None."
+    return (_recorded_sim(run) or {}).get("task")
+
+def recorded_tasks(run) -> list:
+    "Every simulator task a run's store holds: a merge of simulator stores records them all (sim.tasks); [] for none."
+    sim = _recorded_sim(run) or {}
+    return list(sim.get("tasks") or ([sim["task"]] if sim.get("task") else []))
+
+def _recorded_sim(run) -> dict | None:
     from dptoolkit.checkpoint import TrainError, run_config
     from dptoolkit.store import StoreError, describe
-    try: return ((describe(run_config(run).task.dataset.zarr_path).attrs or {}).get("sim") or {}).get("task")
+    try: return (describe(run_config(run).task.dataset.zarr_path).attrs or {}).get("sim")
     except (TrainError, StoreError, OSError, TypeError, AttributeError): return None
 
 def task_index(policy, task_name=None, name: str = "policy"):
@@ -557,22 +566,32 @@ def snapshot(ckpt) -> Path:
     return dst
 
 def rollout_checkpoint(ckpt, task="transfer_cube", episodes: int = 20, seed: int = 100000, workers=None,
-                       progress: bool = False, max_steps: int = EPISODE_STEPS) -> dict:
+                       progress: bool = False, max_steps: int = EPISODE_STEPS, tasks=None) -> dict:
     """Roll out one checkpoint's EMA policy (`RUN/checkpoints/step_N`) and append its success record to the run's
-    `logs.jsonl` (and `eval/success` to TensorBoard when the run logs there); returns the record."""
+    `logs.jsonl` (and `eval/success` to TensorBoard when the run logs there); returns the record. `tasks`: several
+    simulator tasks, `episodes` each (a task-conditioned policy told each one's name): one record, success pooled over
+    them and per task under `tasks`."""
     ckpt = Path(ckpt).absolute()
-    run, snap = ckpt.parents[1], snapshot(ckpt)
+    run, snap, names = ckpt.parents[1], snapshot(ckpt), list(tasks or [task])
+    told = _policy_task_names(run)
     try:
         info = json.loads((snap / "info.json").read_text()) if (snap / "info.json").exists() else {}
-        res = rollout(str(snap), task, episodes=episodes, workers=workers, seed=seed, max_steps=max_steps,
-                      progress=progress)
+        per = {t: rollout(str(snap), t, episodes=episodes, workers=workers, seed=seed, max_steps=max_steps,
+                          progress=progress, task_name=t if t in told else None) for t in names}
     finally: shutil.rmtree(snap, ignore_errors=True)
-    lo, hi = res.ci
+    eps = pd.concat([r.episodes for r in per.values()], ignore_index=True)
+    k, n = int(eps["success"].sum()), len(eps)
+    lo, hi = wilson(k, n)
     rec = dict(kind="rollout", step=int(info.get("step", ckpt.name.split("_")[-1])), train_s=info.get("train_s"),
-               success=res.success_rate, success_low=lo, success_high=hi, episodes=episodes,
-               seeds=[seed, seed + episodes - 1], mean_return=float(res.episodes["ret"].mean()), task=task,
-               unstable=res.summary()["unstable"], rollout_s=res.wall_s, time=time.time(),
-               outcomes=[int(x) for x in res.episodes["success"]])   # per seed, in order: paired comparisons
+               success=k / n, success_low=lo, success_high=hi, episodes=n, seeds=[seed, seed + episodes - 1],
+               mean_return=float(eps["ret"].mean()), task=names[0] if len(names) == 1 else names,
+               unstable=sum(r.summary()["unstable"] for r in per.values()),
+               rollout_s=sum(r.wall_s for r in per.values()), time=time.time(),
+               outcomes=[int(x) for x in eps["success"]])   # per seed (task by task), in order: paired comparisons
+    if len(names) > 1:
+        rec["tasks"] = {t: dict(success=r.success_rate, success_low=r.ci[0], success_high=r.ci[1],
+                                successes=int(r.episodes["success"].sum()), episodes=len(r.episodes))
+                        for t, r in per.items()}
     with open(run / "logs.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")      # one write: whole lines
     _tensorboard(run, rec)
     return rec
@@ -587,8 +606,20 @@ def _tensorboard(run: Path, rec: dict):
         tb.add_scalar("eval/success", rec["success"], rec["step"])
 
 # %% ../nbs/13_sim.ipynb #515ee759
+def _policy_task_names(run) -> list:
+    "The task names a run's task-conditioned policy knows (its config's policy.task_names), else []."
+    from dptoolkit.checkpoint import TrainError, run_config
+    try: p = run_config(run).policy
+    except (TrainError, OSError, AttributeError): return []
+    return list(p.get("task_names") or []) if int(p.get("task_embed_dim") or 0) else []
+
+def _success_line(rec) -> str:
+    pct = lambda r: f"{r['success']:.0%} [{r['success_low']:.0%}–{r['success_high']:.0%}]"
+    each = "; " + ", ".join(f"{t} {pct(r)}" for t, r in rec["tasks"].items()) if rec.get("tasks") else ""
+    return f"success {pct(rec)} over {rec['episodes']} episodes{each}"
+
 def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000,
-                   workers=None, parent=None, poll_s: float = 1.0, log=print) -> list:
+                   workers=None, parent=None, poll_s: float = 1.0, log=print, tasks=None) -> list:
     """Roll out each new checkpoint of `run` at a multiple of `every` steps, and the final one, as they appear (the
     newest first: never a queue); returns the records. Ends after the final checkpoint's rollout (the run writes
     `RUN/.rollouts-done`) or when process `parent` has exited."""
@@ -602,10 +633,10 @@ def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int =
         step = int(name.split("_")[-1]) if name else None
         if step is not None and step not in seen and (step % every == 0 or step == final):
             seen.add(step)
-            try: recs.append(rollout_checkpoint(run / "checkpoints" / name, task, episodes, seed, workers))
+            try: recs.append(rollout_checkpoint(run / "checkpoints" / name, task, episodes, seed, workers,
+                                                tasks=tasks))
             except (FileNotFoundError, SimError) as e: log(f"rollout of {name} skipped: {e}")
-            else: log(f"step {step}: success {recs[-1]['success']:.0%} [{recs[-1]['success_low']:.0%}–"
-                      f"{recs[-1]['success_high']:.0%}] over {episodes} episodes")
+            else: log(f"step {step}: {_success_line(recs[-1])}")
             continue
         if final is not None and (final in seen or step is None or step <= max(seen, default=-1)): return recs
         if not pid_alive(parent): return recs
@@ -613,18 +644,17 @@ def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int =
 
 # %% ../nbs/13_sim.ipynb #ce9627d6
 def rollout_run(run, every=None, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000, workers=None,
-                progress: bool = True, max_steps: int = EPISODE_STEPS) -> pd.DataFrame:
+                progress: bool = True, max_steps: int = EPISODE_STEPS, tasks=None) -> pd.DataFrame:
     "Roll out each saved checkpoint of `run` (those at multiples of `every` steps), appending its record; → records."
     ck = sorted(Path(run).glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[-1]))
     ck = [p for p in ck if p.is_dir() and (not every or int(p.name.split("_")[-1]) % every == 0)]
     if not ck: raise SimError(f"{run}: no saved checkpoint" + (f" at a multiple of {every} steps" if every else ""))
     recs = []
     for p in ck:
-        try: recs.append(rollout_checkpoint(p, task, episodes, seed, workers, max_steps=max_steps))
+        try: recs.append(rollout_checkpoint(p, task, episodes, seed, workers, max_steps=max_steps, tasks=tasks))
         except Exception as e:   # deleted meanwhile (training.keep_checkpoints, by hand): the rest go on
             if p.exists() and (p / "model.safetensors").exists(): raise
             print(f"{p.name}: skipped: deleted while this rollout ran ({type(e).__name__})", flush=True)
             continue
-        if progress: print(f"{p.name}: success {recs[-1]['success']:.0%} [{recs[-1]['success_low']:.0%}–"
-                           f"{recs[-1]['success_high']:.0%}]", flush=True)
+        if progress: print(f"{p.name}: {_success_line(recs[-1])}", flush=True)
     return pd.DataFrame(recs)

@@ -27,7 +27,8 @@ def check_rollouts(cfg, info):
     keys = sim.get("keys") or ["state", "action", "env_state"] + (["head_camera"] if sim.get("camera") else [])
     for k in cfg.task.dataset.obs_keys:
         if k not in keys:
-            raise TrainError(f"eval.rollout_every={every}: the policy reads {k}, which the {sim.get('task')} "
+            raise TrainError(f"eval.rollout_every={every}: the policy reads {k}, which the "
+                             f"{' / '.join(sim.get('tasks') or [sim.get('task')])} "
                              f"simulator does not give in closed loop (it gives {', '.join(keys)})")
 
 # %% ../nbs/05e_watcher.ipynb #f47d8084
@@ -35,9 +36,11 @@ def start_rollouts(R):
     "Rank 0 of a run with `eval.rollout_every`: the watcher (`dpt rollout RUN --watch N`), its output in rollouts.log."
     if not (R.is_main and R.every): return None
     E = R.cfg.eval
-    task = ((R.ds._info.attrs or {}).get("sim") or {}).get("task", "transfer_cube")
+    sim = (R.ds._info.attrs or {}).get("sim") or {}
+    tasks = list(sim.get("tasks") or [sim.get("task") or "transfer_cube"])   # a merge of simulator stores: each task
     (R.run_dir / ".rollouts-done").unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "dptoolkit.cli", "rollout", str(R.run_dir), "--watch", str(R.every), "--task", task,
+    cmd = [sys.executable, "-m", "dptoolkit.cli", "rollout", str(R.run_dir), "--watch", str(R.every),
+           *(["--tasks", ",".join(tasks)] if len(tasks) > 1 else ["--task", tasks[0]]),
            "--episodes", str(E.rollout_episodes), "--seed", str(E.rollout_seed), "--workers", str(E.rollout_workers),
            "--parent", str(os.getpid()), "--no-progress"]
     import subprocess

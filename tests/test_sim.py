@@ -112,3 +112,18 @@ def test_two_simulator_tasks_merge_into_a_store_named_by_their_tasks(tmp_path):
     info = merge([tmp_path / "tran.zarr", tmp_path / "inse.zarr"], tmp_path / "two.zarr", keys=["state", "action"],
                  progress=False)
     assert info.task_names == ["transfer_cube", "insertion"]      # the simulator's task names, not the file names
+    assert info.attrs["sim"]["tasks"] == ["transfer_cube", "insertion"] and info.attrs["sim"]["keys"] == ["state",
+                                                                                                           "action"]
+    # a task-conditioned policy trained on it, watched while it trains: each checkpoint rolled out in both tasks
+    cfg = for_store(tmp_path / "two.zarr", name="test", overrides=[
+        "policy.task_embed_dim=4", "training.max_steps=2", "training.log_every=1", "training.checkpoint_every=2",
+        "eval.rollout_every=2", "eval.rollout_episodes=1", "eval.rollout_workers=1"])
+    train(cfg, nprocs=1, run_dir=tmp_path / "run", progress=False)
+    recs = [json.loads(l) for l in open(tmp_path / "run" / "logs.jsonl") if '"kind": "rollout"' in l]
+    assert len(recs) == 1 and recs[0]["task"] == ["transfer_cube", "insertion"] and recs[0]["episodes"] == 2, recs
+    assert set(recs[0]["tasks"]) == {"transfer_cube", "insertion"}
+    assert all(r["episodes"] == 1 and 0 <= r["success"] <= 1 for r in recs[0]["tasks"].values())
+    assert "transfer_cube" in (tmp_path / "run" / "rollouts.log").read_text()   # the watcher's line names each task
+    r = dpt("rollout", tmp_path / "run", "--every", 0, "--episodes", 1, "--workers", 1, "--tasks", "insertion,stack",
+            check=1)
+    assert "--tasks insertion,stack: the simulator has no task 'stack'" in r.stderr
