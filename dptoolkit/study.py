@@ -27,7 +27,8 @@ def _sim_task(cfg):
     from dptoolkit.store import describe
     zp = cfg.task.dataset.zarr_path
     if not zp: raise StudyError("the config has no store: set task.dataset.zarr_path (dpt study --data STORE)")
-    return ((describe(zp).attrs or {}).get("sim") or {}).get("task")
+    sim = (describe(zp).attrs or {}).get("sim") or {}
+    return sim.get("task") or (list(sim["tasks"]) if sim.get("tasks") else None)   # a merged store's: every task
 
 def make_study(cfg, grid: dict, seeds, out, rollout=None, nprocs: int = 1, overrides=()) -> Path:
     "Check the study and write its manifest `out/study.json` (kept when it already describes this study); → `out`."

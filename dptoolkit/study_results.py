@@ -34,6 +34,9 @@ def _recipe_row(recipe, runs, recs, target) -> dict:
         reach = [t for t in (_first_at(s.get("curve") or [], target) for s in recs) if t is not None]
         row.update(success=k / n, success_low=lo, success_high=hi, episodes=n, seed_min=min(per), seed_max=max(per),
                    time_to_success=float(np.median(reach)) if reach else np.nan, reached=f"{len(reach)}/{len(recs)}")
+        for t in dict.fromkeys(t for s in recs for t in s.get("tasks") or {}):   # several tasks: each, pooled
+            kt, nt = (sum(s["tasks"][t][i] for s in recs if t in s.get("tasks", {})) for i in (0, 1))
+            row[f"success[{t}]"], (row[f"success[{t}]_low"], row[f"success[{t}]_high"]) = kt / nt, wilson(kt, nt)
     elif recs:
         mse = [s["mse"] for s in recs]
         row.update(mse=float(np.mean(mse)), mse_min=min(mse), mse_max=max(mse),

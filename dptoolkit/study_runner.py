@@ -43,11 +43,15 @@ def _measure(rd: Path, cfg, m: dict) -> dict:
         recs = _rollouts(rd)
         if not recs or recs[-1]["step"] != cfg.training.max_steps or "outcomes" not in recs[-1]:
             from dptoolkit.sim import rollout_checkpoint   # resumed after its training ended: the final one now
+            several = isinstance(m["sim"], list)
             recs.append(rollout_checkpoint(rd / "checkpoints" / (rd / "checkpoints" / "latest").read_text().strip(),
-                                           m["sim"], ro["episodes"], ro["seed"], ro["workers"]))
+                                           None if several else m["sim"], ro["episodes"], ro["seed"], ro["workers"],
+                                           tasks=m["sim"] if several else None))
         last = recs[-1]
         return dict(success=last["success"], outcomes=last["outcomes"], rollout_seed=ro["seed"],
-                    curve=[[r["step"], r.get("train_s"), r["success"]] for r in recs])
+                    curve=[[r["step"], r.get("train_s"), r["success"]] for r in recs],
+                    **({"tasks": {t: [r["successes"], r["episodes"]] for t, r in last["tasks"].items()}}
+                       if last.get("tasks") else {}))
     from dptoolkit.evaluate import evaluate
     r = evaluate(rd, max_windows=int(ro["windows"]), seed=int(ro["seed"]), progress=False)
     err = ((r.pred - r.true) ** 2).mean(-1)                                 # (windows, steps)
