@@ -289,7 +289,7 @@ def _gather(obj) -> list:
     dist.all_gather_object(out, obj)
     return out
 
-# %% ../nbs/14_rl.ipynb #db79a91e
+# %% ../nbs/14_rl.ipynb #8f1c4a05
 def _ppo_loss(policy, played: Played, part, A, W, rl, noise: Noise, n: float):
     "(loss over `part`'s steps weighted by `W`, / n; (clipped steps, KL sum, steps)): PPO-clip, dual-clip for A < 0."
     dev = next(policy.parameters()).device
@@ -306,6 +306,22 @@ def _ppo_loss(policy, played: Played, part, A, W, rl, noise: Noise, n: float):
                              torch.tensor(float(r.numel()), dtype=torch.float64, device=r.device)]).cpu()
     return -obj.sum() / n, stats
 
+def _summed_grads(params, extra=None) -> torch.Tensor:
+    "Every rank's gradients of `params` (and `extra` figures after them) summed in one all-reduce of a flat buffer."
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]
+    return _all_reduce(torch.cat(grads + ([extra.to(grads[0])] if extra is not None else [])))
+
+def _step(params, opt, flat, max_grad_norm):
+    "The summed gradients `flat` put back into `params`, clipped, one optimizer step: every rank takes the same."
+    i = 0
+    for p in params:
+        p.grad = flat[i:i + p.numel()].view_as(p).clone()
+        i += p.numel()
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+# %% ../nbs/14_rl.ipynb #a23f0953
 def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, noise: Noise, generator) -> dict:
     """`rl.epochs` × `rl.minibatches` PPO-clip steps on the decisions of episodes with a non-zero advantage `adv` (one
     per episode), stopped early where a minibatch's KL (over every rank) passes 1.5 × `rl.target_kl`; returns the clip
@@ -325,26 +341,19 @@ def ppo_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, n
             if len(part):
                 loss, st = _ppo_loss(policy, played, part, A, W, rl, noise, n)
                 loss.backward()
-            grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]
-            flat = _all_reduce(torch.cat(grads + [st.to(grads[0])]))   # the gradients and the minibatch's figures
+            flat = _summed_grads(params, st)   # the gradients and the minibatch's figures, over every rank
             sums += flat[-3:].double().cpu()
             if rl.target_kl and flat[-2] / flat[-1] > 1.5 * float(rl.target_kl):
                 opt.zero_grad(set_to_none=True)    # every rank sees the same KL: all stop here
                 stop = True
                 break
-            i = 0
-            for p in params:
-                p.grad = flat[i:i + p.numel()].view_as(p).clone()
-                i += p.numel()
-            torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            _step(params, opt, flat, rl.max_grad_norm)
             taken += 1
         if stop: break
     return dict(clip_frac=(sums[0] / sums[2]).item() if sums[2] else 0.0,
                 approx_kl=(sums[1] / sums[2]).item() if sums[2] else 0.0, kept_steps=int(sums[2]), updates=taken)
 
-# %% ../nbs/14_rl.ipynb #8edea77c
+# %% ../nbs/14_rl.ipynb #ba1be1a2
 def imitate_update(policy, params: list, opt, played: Played, adv: np.ndarray, rl, noise: Noise, generator) -> dict:
     """`rl.epochs` × `rl.minibatches` steps of the policy's training loss on the decisions of this iteration's
     successful episodes (observation window → the chunk sampled there); the same fields as `ppo_update`."""
@@ -360,15 +369,7 @@ def imitate_update(policy, params: list, opt, played: Played, adv: np.ndarray, r
                 batch = {"obs": obs, "action": policy.to_action(played.path[part, -1].to(dev), obs)}
                 g = torch.Generator(dev).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
                 (policy(batch, **(policy.draw(batch, g) or {})) * len(part) / n).backward()
-            flat = _all_reduce(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
-                                          for p in params]))
-            i = 0
-            for p in params:
-                p.grad = flat[i:i + p.numel()].view_as(p).clone()
-                i += p.numel()
-            torch.nn.utils.clip_grad_norm_(params, rl.max_grad_norm)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            _step(params, opt, _summed_grads(params), rl.max_grad_norm)
             taken += 1
     return dict(clip_frac=0.0, approx_kl=0.0, kept_steps=int(total), updates=taken)
 
