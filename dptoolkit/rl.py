@@ -24,7 +24,7 @@ __all__ = ['RL_DEFAULTS', 'UPDATES', 'RLError', 'rl_config', 'shard_states', 'le
            'play', 'success_on', 'ppo_update', 'imitate_update', 'prepare_finetune', 'finetune_worker', 'finetune',
            'is_rl_run', 'rl_log', 'rl_summary', 'plot_rl']
 
-# %% ../nbs/14_rl.ipynb #f40081e2
+# %% ../nbs/14_rl.ipynb #9ca58a89
 RL_DEFAULTS = dict(
     task=None,            # simulator task (None: the one the run's store was recorded in: its attrs' sim.task)
     iterations=10,        # RL iterations: rollouts, then PPO epochs
@@ -43,11 +43,15 @@ RL_DEFAULTS = dict(
     max_grad_norm=1.0,
     weigh="decision",     # decision: every chunk counts once | episode: each episode once, whatever its length
     method="ppo",         # ppo (RIPT's LOOP) | imitate (the training loss on the successful episodes' chunks)
+                          # | iterate (expert iteration: successes join the demonstrations, BC again; iterate chapter)
     noise="sde",          # sde (flow-SDE: the ODE's marginals) | learned (flow-noise: a learned std per step)
     noise_level=0.2,      # sde: a in σ_t = a·√(t/(1 − t)) (πRL's 0.5 leaves transfer-cube no success); learned: std
     min_std=0.0,          # a floor on every Euler step's std, sampling and likelihood alike (DPPO clips at 0.1)
     inference_steps=None, # Euler steps per chunk (None: the policy's num_inference_steps)
     max_steps=400,        # environment steps per episode
+    episodes=640,         # iterate: episodes per round (an iteration), over every rank
+    bc_steps=None,        # iterate: BC steps per round (None: the source run's training.max_steps)
+    batch=32,             # iterate: episodes a rank steps together
     checkpoint_every=5,   # iterations between checkpoints (and the last)
     keep_checkpoints=3,
     seed=0,
@@ -216,12 +220,13 @@ def _window(policy, hists, tasks, device) -> dict:
     if tasks is not None: out["task"] = torch.tensor(tasks, device=device)
     return out
 
-# %% ../nbs/14_rl.ipynb #7903b1b3
+# %% ../nbs/14_rl.ipynb #ccac7325
 def play(policy, states, group: int, noise: Noise | None, generator, envs: Envs, max_steps: int = 400,
-         device="cpu") -> Played:
+         device="cpu", trace: bool = False) -> Played:
     """`group` episodes from each (task, seed) of `states`, all stepped together with one batched chunk sample per
     decision (`noise` None: the policy's own deterministic sampler, nothing recorded). A task-conditioned policy is
-    given each episode's task index from its `task_names`."""
+    given each episode's task index from its `task_names`. `trace`: each episode also keeps `steps` as a store would
+    (per step its observation — `state`, `env_state`, a camera — and the action executed: `trace_arrays`)."""
     from dptoolkit.protocol import predict
     from dptoolkit.sim import SUCCESS_REWARD, SimUnstable
     eps = [dict(task=t, seed=int(s), success=False, steps=0, max_reward=0, unstable=False)
@@ -251,6 +256,7 @@ def play(policy, states, group: int, noise: Noise | None, generator, envs: Envs,
                 except SimUnstable:
                     e["unstable"] = True
                     break
+                if trace: e.setdefault("trace", []).append((hists[i][-1], a))
                 e["steps"], e["max_reward"] = e["steps"] + 1, max(e["max_reward"], r)
                 hists[i].append(o)
                 if r >= SUCCESS_REWARD or e["steps"] >= max_steps: break
@@ -375,7 +381,7 @@ def imitate_update(policy, params: list, opt, played: Played, adv: np.ndarray, r
 
 UPDATES = {"ppo": ppo_update, "imitate": imitate_update}
 
-# %% ../nbs/14_rl.ipynb #90a20470
+# %% ../nbs/14_rl.ipynb #80499421
 def _sim_task(cfg, run) -> str:
     "The simulator task of the run's store (its attrs' sim.task, as `dpt sim-data` writes it); `RLError` without one."
     from dptoolkit.sim import recorded_task
@@ -396,11 +402,17 @@ def _check_settings(rl, nprocs: int):
                       f"raise rl.pool or use at most {rl.pool} ranks")
     if rl.noise not in ("sde", "learned"): raise RLError(f"rl.noise={rl.noise!r}: expected sde or learned")
     if rl.weigh not in ("decision", "episode"): raise RLError(f"rl.weigh={rl.weigh!r}: expected decision or episode")
-    if rl.method not in ("ppo", "imitate"): raise RLError(f"rl.method={rl.method!r}: expected ppo or imitate")
+    if rl.method not in ("ppo", "imitate", "iterate"):
+        raise RLError(f"rl.method={rl.method!r}: expected ppo, imitate or iterate")
+    bad = [(k, rl[k]) for k in ("episodes", "batch", "bc_steps") if rl[k] is not None and int(rl[k]) < 1]
+    if bad: raise RLError(f"rl.{bad[0][0]}={bad[0][1]}: must be at least 1")
+    if rl.method == "iterate" and nprocs > int(rl.episodes):
+        raise RLError(f"{nprocs} ranks but rl.episodes={rl.episodes} per round: each rank plays episodes of its own; "
+                      f"raise rl.episodes or use at most {rl.episodes} ranks")
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
     if not float(rl.min_std) >= 0: raise RLError(f"rl.min_std={rl.min_std}: must be ≥ 0 (0: the SDE's own std)")
 
-# %% ../nbs/14_rl.ipynb #c24f9fc3
+# %% ../nbs/14_rl.ipynb #931fe59e
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
@@ -424,8 +436,11 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     cfg.rl.task = cfg.rl.task or _sim_task(cfg, run)
     if cfg.rl.task not in TASKS: raise RLError(f"rl.task={cfg.rl.task}: the simulator has {', '.join(TASKS)}")
     policy, _ = load_policy(run if old is None else Path(old.source.run), checkpoint=ckpt)
-    check_rl_policy(policy, run.name)
+    if cfg.rl.method != "iterate": check_rl_policy(policy, run.name)   # expert iteration needs no likelihood
     check_policy(policy, cfg.rl.task, run.name)
+    if cfg.rl.method == "iterate":
+        from dptoolkit.iterate import check_iterate
+        check_iterate(cfg, policy)
     if (out / "checkpoints" / "latest").exists():
         was = load_checkpoint(latest_checkpoint(out))["state"]["rl"]["world"]
         if was != nprocs:
@@ -437,14 +452,15 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     cfg.logging.run_dir = str(out)
     return cfg
 
-# %% ../nbs/14_rl.ipynb #8a3f1534
+# %% ../nbs/14_rl.ipynb #1cc90e3f
 class _RL:
     "What a rank holds: the policy, its optimizer, the noise, the random streams and the run's position."
     def __init__(self, **kw): self.__dict__.update(kw)
 
-def _rl_setup(cfg) -> _RL:
+def _join(cfg) -> tuple:
+    """This rank's (rank, world, device): the process group joined under torchrun, deterministic kernels on a GPU, a
+    share of the cores on a CPU (the rank is its own simulator worker)."""
     from dptoolkit.cores import register_rank
-    from dptoolkit.interop import policy_from_weights
     rank, world, local = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)))
     cuda = torch.cuda.is_available() and cfg.training.device != "cpu"
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
@@ -455,10 +471,15 @@ def _rl_setup(cfg) -> _RL:
     if world > 1 and not dist.is_initialized():   # torchrun: env://
         from dptoolkit.parallelize import rendezvous
         rendezvous("nccl" if cuda else "gloo", cfg.ddp.timeout_s, device_id=device if cuda else None)
-    out, rl = Path(cfg.logging.run_dir), cfg.rl
     if not cuda and "OMP_NUM_THREADS" not in os.environ:   # the rank is its own simulator worker: a share of the cores
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
-        register_rank(out, torch.get_num_threads())
+        register_rank(cfg.logging.run_dir, torch.get_num_threads())
+    return rank, world, device
+
+def _rl_setup(cfg) -> _RL:
+    from dptoolkit.interop import policy_from_weights
+    rank, world, device = _join(cfg)
+    out, rl = Path(cfg.logging.run_dir), cfg.rl
     resume = (out / "checkpoints" / "latest").exists()
     ck = load_checkpoint(latest_checkpoint(out) if resume else Path(cfg.source.checkpoint))
     sd = ck["model"] if resume or ck["ema"] is None else ck["ema"]   # the deployed (EMA) weights to start from
@@ -527,11 +548,14 @@ def _iteration(R: _RL) -> dict:
                 solved_states=sum(v >= int(rl.skip_solved) for v in R.solved.values()),
                 seeds=[[seed for _, seed in reports] for reports in everyone])   # each rank's initial states
 
-# %% ../nbs/14_rl.ipynb #a834b3ba
+# %% ../nbs/14_rl.ipynb #a79b8037
 def finetune_worker(cfg) -> dict:
     "One rank of a fine-tuning run (RANK, WORLD_SIZE from the environment); rank 0 writes the run folder."
     from dptoolkit.guards import StopSignal
     from dptoolkit.launch import progress
+    if (cfg["rl"]["method"] if isinstance(cfg, dict) else cfg.rl.method) == "iterate":   # a room of its own
+        from dptoolkit.iterate import iterate_worker
+        return iterate_worker(cfg)
     R = _rl_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
     rl, main = R.rl, R.rank == 0
     if main:

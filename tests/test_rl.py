@@ -134,7 +134,7 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
     r = dpt("finetune", run, "--out", tmp_path / "o", "training.seed=3", check=1)
     assert "rl.KEY=VALUE" in r.stderr
     for bad, says in (("rl.min_std=-1", "rl.min_std=-1: must be ≥ 0"), ("rl.weigh=chunk", "expected decision or episode"),
-                      ("rl.method=sft", "rl.method='sft': expected ppo or imitate"),
+                      ("rl.method=sft", "rl.method='sft': expected ppo, imitate or iterate"),
                       ("training.device=tpu", "training.device=auto|cpu|cuda")):
         with pytest.raises(RLError, match=re.escape(says)): prepare_finetune(run, tmp_path / "o", 2, [bad])
     # the source run trained on the CPU; its fine-tune picks its own device (auto: a GPU where one is visible)
@@ -147,3 +147,57 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
 def yaml_device(run) -> str:
     from omegaconf import OmegaConf
     return OmegaConf.load(run / "config.yaml").training.device
+
+
+ITERATE = ["rl.method=iterate", "rl.episodes=4", "rl.max_steps=18", "rl.bc_steps=3", "rl.batch=2"]
+
+
+def test_expert_iteration_two_rounds_on_two_ranks_resume_exactly(bc, tmp_path):
+    """rl.method=iterate: each round plays its episodes sharded over the ranks, grows the store, trains BC on every rank;
+    a run killed after round 2's play resumes without playing again and ends where an unbroken one does."""
+    full = finetune(bc / "bc", out=tmp_path / "it", nprocs=2, progress=False, overrides=ITERATE + ["rl.iterations=2"])
+    assert full.metrics["iterations"] == 2 and full.metrics["episodes"] == 8
+    log = rl_log(tmp_path / "it")
+    assert log["step"].tolist() == [1, 2] and log["iteration_episodes"].tolist() == [4, 4]
+    assert (log["demos"] == 2 + log["successes"].cumsum()).all()      # the store grows by each round's successes
+    rounds = tmp_path / "it" / "rounds"
+    played = [json.loads((rounds / "1" / "played" / f"rank{k}.json").read_text())["episodes"] for k in (0, 1)]
+    assert played == [2, 2]                                            # 4 episodes, each rank 2 of its own
+    for r in ("1", "2"):
+        bc_log = [json.loads(l) for l in (rounds / r / "bc" / "logs.jsonl").read_text().splitlines()]
+        assert max(rec.get("step", 0) for rec in bc_log) == 3          # BC trained rl.bc_steps on both ranks
+        assert json.loads((rounds / r / "bc" / "result.json").read_text())["world_size"] == 2
+    ck = tmp_path / "it" / "checkpoints"
+    assert (ck / "latest").read_text() == "step_000002"
+    for a, b in (("model", "model"), ("ema", "ema")):                  # the run's round-2 weights are its BC run's
+        wa = load_file(ck / "step_000002" / f"{a}.safetensors")
+        wb = load_file(rounds / "2" / "bc" / "checkpoints" / (rounds / "2" / "bc" / "checkpoints" / "latest")
+                       .read_text().strip() / f"{b}.safetensors")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # killed after round 2's episodes were saved: no store, no BC, round 1 'latest'
+    cut = tmp_path / "cut"
+    shutil.copytree(tmp_path / "it", cut)
+    shutil.rmtree(cut / "rounds" / "2" / "data.zarr")
+    shutil.rmtree(cut / "rounds" / "2" / "bc")
+    shutil.rmtree(cut / "checkpoints" / "step_000002")
+    (cut / "checkpoints" / "latest").write_text("step_000001")
+    before = (cut / "rounds" / "2" / "played" / "rank0.npz").stat().st_mtime_ns
+    finetune(bc / "bc", out=cut, nprocs=2, progress=False)
+    assert (cut / "rounds" / "2" / "played" / "rank0.npz").stat().st_mtime_ns == before   # not played again
+    a, b = (rl_log(r).drop(columns=list(VOLATILE)).to_dict("records") for r in (tmp_path / "it", cut))
+    assert a == b
+    wa, wb = (load_file(r / "checkpoints" / "step_000002" / "ema.safetensors") for r in (tmp_path / "it", cut))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # the iterated run is a run: dpt rollout plays it, dpt report reads it
+    r = dpt("rollout", tmp_path / "it", "--episodes", 1, "--workers", 1, "--max-steps", 6, "--json", check=0)
+    assert json.loads(r.stdout)[0]["episodes"] == 1
+    r = dpt("report", tmp_path / "it", "--json", check=0)
+    assert json.loads(r.stdout)[0]["episodes"] == 8
+    with pytest.raises(RLError, match="3 ranks but rl.episodes=2 per round"):
+        prepare_finetune(bc / "bc", tmp_path / "o", 3, ["rl.method=iterate", "rl.episodes=2"])
+    with pytest.raises(RLError, match="rl.bc_steps=0: must be at least 1"):
+        prepare_finetune(bc / "bc", tmp_path / "o", 2, ["rl.method=iterate", "rl.bc_steps=0"])
+    ddpm = tmp_path / "ddpm"       # a DDPM policy: no likelihood, which expert iteration does not need
+    shutil.copytree(bc / "bc", ddpm)
+    (ddpm / "config.yaml").write_text((bc / "bc" / "config.yaml").read_text().replace("objective: flow", "objective: ddpm"))
+    assert prepare_finetune(ddpm, tmp_path / "o", 2, ["rl.method=iterate"]).rl.method == "iterate"
