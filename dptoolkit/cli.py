@@ -707,7 +707,8 @@ COMMANDS.update({
               _a("--task-name", help="the task a task-conditioned policy does (one of its policy.task_names)"),
               _a("--steps", type=count, help="sampling steps per action chunk (default: the policy's own "
                  "policy.num_inference_steps; a flow policy trained on the clean chunk, policy.prediction_type="
-                 "sample, may sample in 1; one trained on the velocity loses success below its own)"),
+                 "sample (flow's default), may sample in 1; one trained on the velocity (epsilon) loses success "
+                 "below its own)"),
               _a("--max-steps", type=count, default=400, help="steps per episode (default 400)"),
               _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
               _a("--video", help="folder for mp4 videos of the first --videos episodes"),

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .config import DIM_CONFIGS, load_config
 from .normalize import Normalizer
+from .objective import DEFAULT_TARGET
 from .policy import DiffusionPolicy, obs_shapes
 from .store import describe
 from .checkpoint import (_tensor_bytes, latest_checkpoint, load_checkpoint, load_weights, run_config,
@@ -106,7 +107,7 @@ def _dp_policy(cfg, meta: dict) -> dict:
     scheduler = {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler",
                  "num_train_timesteps": int(P.num_train_timesteps), "beta_start": 0.0001, "beta_end": 0.02,
                  "beta_schedule": str(P.beta_schedule), "variance_type": "fixed_small", "clip_sample": True,
-                 "prediction_type": str(P.prediction_type)}
+                 "prediction_type": str(P.prediction_type or DEFAULT_TARGET["ddpm"])}   # null: DDPM's own
     encoder = {"_target_": "diffusion_policy.model.vision.multi_image_obs_encoder.MultiImageObsEncoder",
                "shape_meta": meta, "rgb_model": rgb, "resize_shape": lst(E.resize_shape),
                "crop_shape": lst(E.crop_shape),

@@ -14,7 +14,7 @@ from .flow import euler_sample, flow_noisy, flow_target, flow_time
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'Objective', 'DDPMObjective', 'FlowObjective', 'make_objective']
+__all__ = ['OBJECTIVES', 'DEFAULT_TARGET', 'Objective', 'DDPMObjective', 'FlowObjective', 'make_objective']
 
 # %% ../nbs/04f_objective.ipynb #98156bdb
 class Objective(nn.Module):
@@ -119,7 +119,7 @@ class FlowObjective(Objective):
     "Flow matching as openpi trains pi0: straight paths from the chunk (t = 0) to noise (t = 1), Euler sampling."
     name, sampler_name = "flow", "euler"
 
-    def __init__(self, time_scale: float = 100.0, prediction_type: str = "epsilon", default_steps: int = 10):
+    def __init__(self, time_scale: float = 100.0, prediction_type: str = "sample", default_steps: int = 10):
         super().__init__(prediction_type, default_steps)
         self.time_scale = float(time_scale)
 
@@ -154,12 +154,15 @@ class FlowObjective(Objective):
 
 # %% ../nbs/04f_objective.ipynb #3e5a4b23
 OBJECTIVES = {"ddpm": DDPMObjective, "flow": FlowObjective}
+DEFAULT_TARGET = {"ddpm": "epsilon", "flow": "sample"}   # policy.prediction_type: null (measured: the prose above)
 
 def make_objective(name: str = "ddpm", num_train_timesteps: int = 100, beta_schedule: str = "squaredcos_cap_v2",
-                   prediction_type: str = "epsilon", sampler: str = "ddpm") -> Objective:
-    "The objective `policy.objective` names, from the policy's settings; `ValueError` naming the choices."
+                   prediction_type: str | None = None, sampler: str = "ddpm") -> Objective:
+    """The objective `policy.objective` names, from the policy's settings (`prediction_type` None: the objective's own
+    default, `DEFAULT_TARGET`); `ValueError` naming the choices."""
     if name not in OBJECTIVES:
         raise ValueError(f"policy.objective={name!r}: expected one of {', '.join(OBJECTIVES)}")
+    prediction_type = prediction_type or DEFAULT_TARGET[name]
     if name == "ddpm": return DDPMObjective(num_train_timesteps, beta_schedule, prediction_type, sampler)
     if sampler not in (None, "ddpm"):   # the configs' default sampler is DDPM's; asking for another is a mistake
         raise ValueError(f"policy.sampler={sampler}: a flow policy samples in Euler steps "

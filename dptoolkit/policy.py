@@ -363,7 +363,7 @@ class DiffusionPolicy(nn.Module):
                  obs_encoder: dict | None = None,  # ObsEncoder options (backbone, crop_shape, ...)
                  down_dims=(256, 512, 1024), kernel_size=5, n_groups=8, diffusion_step_embed_dim=128,
                  num_train_timesteps=100, num_inference_steps=None, beta_schedule="squaredcos_cap_v2",
-                 prediction_type="epsilon", sampler="ddpm", action_repr="absolute", obs_repr="absolute",
+                 prediction_type=None, sampler="ddpm", action_repr="absolute", obs_repr="absolute",
                  relative_key=None, objective="ddpm", denoiser="unet", transformer: dict | None = None,
                  task_embed_dim: int = 0, task_names=None):
         super().__init__()
