@@ -19,11 +19,14 @@ from .stats import wilson
 __all__ = ['RECORDABLE', 'round_states', 'trace_arrays', 'play_round', 'save_played', 'grow_store', 'check_iterate',
            'round_config', 'iterate_worker']
 
-# %% ../nbs/14a_iterate.ipynb #52525ad4
+# %% ../nbs/14a_iterate.ipynb #29fc4cb8
 def round_states(rl, r: int, rank: int, world: int) -> list:
-    "Round `r`'s (task, seed) pairs for `rank` of `world`: `rl.episodes` seeds after earlier rounds', round-robin."
-    first = int(rl.seed_start) + (r - 1) * int(rl.episodes)
-    return [(rl.task, s) for s in range(first + rank, first + int(rl.episodes), world)]
+    """Round `r`'s (task, seed) episodes for `rank` of `world`: `rl.episodes / rl.tries` seeds after the earlier
+    rounds', dealt round-robin, each `rl.tries` times."""
+    tries = int(rl.get("tries") or 1)
+    n = int(rl.episodes) // tries
+    first = int(rl.seed_start) + (r - 1) * n
+    return [(rl.task, s) for s in range(first + rank, first + n, world) for _ in range(tries)]
 
 # %% ../nbs/14a_iterate.ipynb #44ded374
 def trace_arrays(episode: dict, keys) -> dict:
@@ -45,12 +48,18 @@ def play_round(policy, states, rl, envs: Envs, generator, device="cpu") -> list:
         eps += p.episodes
     return eps
 
-# %% ../nbs/14a_iterate.ipynb #abc3c006
-def save_played(folder, rank: int, episodes: list, keys, seconds: float) -> dict:
-    "Rank `rank`'s successful `episodes` as `folder/rankK.npz` (arrays end to end), its counts as `rankK.json`."
+# %% ../nbs/14a_iterate.ipynb #7a235655
+def save_played(folder, rank: int, episodes: list, keys, seconds: float, keep_per_state=None) -> dict:
+    """Rank `rank`'s successful `episodes` (at most `keep_per_state` of one initial state) as `folder/rankK.npz`
+    (arrays end to end), its counts as `rankK.json`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    ok = [e for e in episodes if e["success"]]
+    ok, per = [], {}
+    for e in episodes:
+        k = (e["task"], e["seed"])
+        if e["success"] and (not keep_per_state or per.get(k, 0) < int(keep_per_state)):
+            ok.append(e)
+            per[k] = per.get(k, 0) + 1
     arrays = [trace_arrays(e, keys) for e in ok]
     data = {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]} if ok else {}
     tmp = folder / f".rank{rank}.npz"
@@ -58,8 +67,8 @@ def save_played(folder, rank: int, episodes: list, keys, seconds: float) -> dict
         np.savez(f, lengths=np.array([len(a["action"]) for a in arrays], np.int64),
                  **{f"data/{k}": v for k, v in data.items()})
     os.replace(tmp, folder / f"rank{rank}.npz")
-    counts = dict(episodes=len(episodes), successes=len(ok), seconds=seconds, seeds=[e["seed"] for e in ok],
-                  tasks=[e["task"] for e in ok])
+    counts = dict(episodes=len(episodes), successes=sum(e["success"] for e in episodes), kept=len(ok),
+                  seconds=seconds, seeds=[e["seed"] for e in ok], tasks=[e["task"] for e in ok])
     (folder / f".rank{rank}.json").write_text(json.dumps(counts))
     os.replace(folder / f".rank{rank}.json", folder / f"rank{rank}.json")
     return counts
@@ -77,7 +86,7 @@ def grow_store(base, played, dest) -> "StoreInfo":
     for f in sorted(Path(played).glob("rank*.json"), key=lambda p: int(p.stem[4:])):
         c = json.loads(f.read_text())
         with np.load(f.with_suffix(".npz"), allow_pickle=False) as z:
-            if not c["successes"]: continue
+            if not c["seeds"]: continue
             for k in keys: data[k].append(z[f"data/{k}"].astype(data[k][0].dtype))
             lengths.append(z["lengths"])
         seeds, tasks = seeds + c["seeds"], tasks + c["tasks"]
@@ -141,7 +150,7 @@ def _bc(cfg, r: int, device) -> tuple:
             return 0.0, (res or {}).get("stopped_by") or "a signal"
     return float(json.loads((bc / "result.json").read_text())["wall_s"]), None
 
-# %% ../nbs/14a_iterate.ipynb #821e4956
+# %% ../nbs/14a_iterate.ipynb #b634a8f9
 def _round(cfg, r: int, policy, envs, rank: int, world: int, device, stop) -> dict:
     "Play, store, BC: round `r` on this rank; the round's record, or `stopped_by` alone when a signal stopped it."
     rl, out = cfg.rl, Path(cfg.logging.run_dir)
@@ -152,9 +161,10 @@ def _round(cfg, r: int, policy, envs, rank: int, world: int, device, stop) -> di
         t = time.perf_counter()
         gen = torch.Generator(device).manual_seed(int(rl.seed) * 1_000_003 + r * 1009 + rank)
         eps = play_round(policy, round_states(rl, r, rank, world), rl, envs, gen, device)
-        c = save_played(d / "played", rank, eps, _store_keys(cfg), time.perf_counter() - t)
-    tot = _all_reduce(torch.tensor([c["episodes"], c["successes"], c["seconds"], float(stop.received is not None)],
-                                   dtype=torch.float64))
+        c = save_played(d / "played", rank, eps, _store_keys(cfg), time.perf_counter() - t,
+                        rl.get("keep_per_state"))
+    tot = _all_reduce(torch.tensor([c["episodes"], c["successes"], c["seconds"], float(stop.received is not None),
+                                    len(c["seeds"])], dtype=torch.float64))
     if tot[3] > 0: return dict(stopped_by=stop.received or "a signal")
     base = cfg.task.dataset.zarr_path if r == 1 else out / "rounds" / str(r - 1) / "data.zarr"
     if rank == 0 and not (d / "data.zarr").exists(): grow_store(base, d / "played", d / "data.zarr")
@@ -165,7 +175,8 @@ def _round(cfg, r: int, policy, envs, rank: int, world: int, device, stop) -> di
     n, k = int(tot[0]), int(tot[1])
     lo, hi = wilson(k, n)
     return dict(iteration_episodes=n, successes=k, success=k / n, success_low=lo, success_high=hi, groups=n,
-                groups_kept=k, demos=describe(d / "data.zarr").episodes, rollout_s=tot[2].item() / world, update_s=bc_s)
+                groups_kept=int(tot[4]), demos=describe(d / "data.zarr").episodes, rollout_s=tot[2].item() / world,
+                update_s=bc_s)
 
 def _store_keys(cfg) -> list:
     from dptoolkit.store import open_store

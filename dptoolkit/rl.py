@@ -24,7 +24,7 @@ __all__ = ['RL_DEFAULTS', 'UPDATES', 'RLError', 'rl_config', 'shard_states', 'le
            'play', 'success_on', 'ppo_update', 'imitate_update', 'prepare_finetune', 'finetune_worker', 'finetune',
            'is_rl_run', 'rl_log', 'rl_summary', 'plot_rl']
 
-# %% ../nbs/14_rl.ipynb #9ca58a89
+# %% ../nbs/14_rl.ipynb #26af53d9
 RL_DEFAULTS = dict(
     task=None,            # simulator task (None: the one the run's store was recorded in: its attrs' sim.task)
     iterations=10,        # RL iterations: rollouts, then PPO epochs
@@ -52,6 +52,8 @@ RL_DEFAULTS = dict(
     episodes=640,         # iterate: episodes per round (an iteration), over every rank
     bc_steps=None,        # iterate: BC steps per round (None: the source run's training.max_steps)
     batch=32,             # iterate: episodes a rank steps together
+    tries=1,              # iterate: episodes per initial state (rl.episodes / rl.tries states a round)
+    keep_per_state=None,  # iterate: successes one initial state adds at most (None: all)
     checkpoint_every=5,   # iterations between checkpoints (and the last)
     keep_checkpoints=3,
     seed=0,
@@ -381,7 +383,7 @@ def imitate_update(policy, params: list, opt, played: Played, adv: np.ndarray, r
 
 UPDATES = {"ppo": ppo_update, "imitate": imitate_update}
 
-# %% ../nbs/14_rl.ipynb #80499421
+# %% ../nbs/14_rl.ipynb #e4f1b91e
 def _sim_task(cfg, run) -> str:
     "The simulator task of the run's store (its attrs' sim.task, as `dpt sim-data` writes it); `RLError` without one."
     from dptoolkit.sim import recorded_task
@@ -404,11 +406,13 @@ def _check_settings(rl, nprocs: int):
     if rl.weigh not in ("decision", "episode"): raise RLError(f"rl.weigh={rl.weigh!r}: expected decision or episode")
     if rl.method not in ("ppo", "imitate", "iterate"):
         raise RLError(f"rl.method={rl.method!r}: expected ppo, imitate or iterate")
-    bad = [(k, rl[k]) for k in ("episodes", "batch", "bc_steps") if rl[k] is not None and int(rl[k]) < 1]
+    bad = [(k, rl[k]) for k in ("episodes", "batch", "bc_steps", "tries", "keep_per_state")
+           if rl[k] is not None and int(rl[k]) < 1]
     if bad: raise RLError(f"rl.{bad[0][0]}={bad[0][1]}: must be at least 1")
-    if rl.method == "iterate" and nprocs > int(rl.episodes):
-        raise RLError(f"{nprocs} ranks but rl.episodes={rl.episodes} per round: each rank plays episodes of its own; "
-                      f"raise rl.episodes or use at most {rl.episodes} ranks")
+    if rl.method == "iterate" and nprocs > int(rl.episodes) // int(rl.tries):
+        raise RLError(f"{nprocs} ranks but rl.episodes={rl.episodes} per round of {rl.tries} tries per state: each "
+                      f"rank plays initial states of its own; raise rl.episodes or use at most "
+                      f"{int(rl.episodes) // int(rl.tries)} ranks")
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
     if not float(rl.min_std) >= 0: raise RLError(f"rl.min_std={rl.min_std}: must be ≥ 0 (0: the SDE's own std)")
 

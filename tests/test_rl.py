@@ -159,7 +159,8 @@ def test_expert_iteration_two_rounds_on_two_ranks_resume_exactly(bc, tmp_path):
     assert full.metrics["iterations"] == 2 and full.metrics["episodes"] == 8
     log = rl_log(tmp_path / "it")
     assert log["step"].tolist() == [1, 2] and log["iteration_episodes"].tolist() == [4, 4]
-    assert (log["demos"] == 2 + log["successes"].cumsum()).all()      # the store grows by each round's successes
+    assert (log["demos"] == 2 + log["groups_kept"].cumsum()).all()    # the store grows by each round's kept successes
+    assert (log["groups_kept"] == log["successes"]).all()              # no rl.keep_per_state: every success kept
     rounds = tmp_path / "it" / "rounds"
     played = [json.loads((rounds / "1" / "played" / f"rank{k}.json").read_text())["episodes"] for k in (0, 1)]
     assert played == [2, 2]                                            # 4 episodes, each rank 2 of its own
@@ -193,7 +194,7 @@ def test_expert_iteration_two_rounds_on_two_ranks_resume_exactly(bc, tmp_path):
     assert json.loads(r.stdout)[0]["episodes"] == 1
     r = dpt("report", tmp_path / "it", "--json", check=0)
     assert json.loads(r.stdout)[0]["episodes"] == 8
-    with pytest.raises(RLError, match="3 ranks but rl.episodes=2 per round"):
+    with pytest.raises(RLError, match="3 ranks but rl.episodes=2 per round of 1 tries per state"):
         prepare_finetune(bc / "bc", tmp_path / "o", 3, ["rl.method=iterate", "rl.episodes=2"])
     with pytest.raises(RLError, match="rl.bc_steps=0: must be at least 1"):
         prepare_finetune(bc / "bc", tmp_path / "o", 2, ["rl.method=iterate", "rl.bc_steps=0"])
