@@ -88,7 +88,9 @@ def test_killed_rollout_leaves_no_workers(tmp_path):
     "SIGKILL of the process running a rollout ends its worker processes too (they would simulate on, unowned)."
     import subprocess, sys, time
     import psutil
-    code = "from dptoolkit.sim import rollout; rollout('hold', episodes=40, workers=2, progress=False)"
+    # 400 episodes: minutes of work for each worker, so one that outlives its owner is told from one slow to die on a
+    # loaded machine (a CI run beside the whole suite once took over 15 s to end them)
+    code = "from dptoolkit.sim import rollout; rollout('hold', episodes=400, workers=2, progress=False)"
     p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "MUJOCO_GL": "egl"})
     workers, deadline = [], time.monotonic() + 120
     while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:   # the children of its forkserver
@@ -99,7 +101,7 @@ def test_killed_rollout_leaves_no_workers(tmp_path):
     time.sleep(2)                                       # inside their first episodes
     p.kill()
     p.wait()
-    gone, alive = psutil.wait_procs(workers, timeout=15)
+    gone, alive = psutil.wait_procs(workers, timeout=60)
     assert not alive, f"workers outlived the killed rollout: {[w.pid for w in alive]}"
 
 
