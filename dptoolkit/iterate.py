@@ -97,10 +97,10 @@ def grow_store(base, played, dest) -> "StoreInfo":
     return write_store(dest, {k: np.concatenate(v) for k, v in data.items()}, np.cumsum(np.concatenate(lengths)),
                        episode_task=None if etask is None else np.concatenate(etask), attrs=attrs, overwrite=True)
 
-# %% ../nbs/14a_iterate.ipynb #65c9afee
+# %% ../nbs/14a_iterate.ipynb #314b0809
 RECORDABLE = {"state", "env_state", "head_camera", "action"}   # what an episode in the simulator can give a store
 
-def check_iterate(cfg, policy):
+def check_iterate(cfg):
     "`RLError` naming the store's array an episode cannot record, or the task a multi-task store lacks."
     from dptoolkit.store import describe, open_store
     store = cfg.task.dataset.zarr_path

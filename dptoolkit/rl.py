@@ -350,7 +350,7 @@ def _check_settings(rl, nprocs: int):
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
     if not float(rl.min_std) >= 0: raise RLError(f"rl.min_std={rl.min_std}: must be ≥ 0 (0: the SDE's own std)")
 
-# %% ../nbs/14_rl.ipynb #931fe59e
+# %% ../nbs/14_rl.ipynb #7579ea31
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
@@ -378,7 +378,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     check_policy(policy, cfg.rl.task, run.name)
     if cfg.rl.method == "iterate":
         from dptoolkit.iterate import check_iterate
-        check_iterate(cfg, policy)
+        check_iterate(cfg)
     if (out / "checkpoints" / "latest").exists():
         was = load_checkpoint(latest_checkpoint(out))["state"]["rl"]["world"]
         if was != nprocs:
