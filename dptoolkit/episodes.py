@@ -61,8 +61,8 @@ def play_episodes(policy, states, group: int, sample, envs: Envs, max_steps: int
         obs = _window(policy, [hists[i] for i in active], [tidx[i] for i in active] if tidx else None, device)
         for i, chunk in zip(active, sample(obs, active).cpu().numpy()):
             e = eps[i]
-            for a in chunk:
-                try: o, r = env[i].step(a)
+            for j, a in enumerate(chunk):   # a camera frame only where a window (or the trace) reads it
+                try: o, r = env[i].step(a, render=trace or len(chunk) - j <= policy.n_obs_steps)
                 except SimUnstable:
                     e["unstable"] = True
                     break

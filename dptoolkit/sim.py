@@ -114,17 +114,18 @@ class AlohaSim:
                                          flat_observation=False)
         self.pose = None
 
-    def _obs(self, ts):
-        return {**ts.observation, **({"head_camera": self.render(*self.size)} if self.camera else {})}
+    def _obs(self, ts, render=True):
+        return {**ts.observation, **({"head_camera": self.render(*self.size)} if self.camera and render else {})}
 
     def reset(self, seed: int) -> dict:
         self.pose = self.S.sample_box_pose(int(seed)) if self.task == "transfer_cube" else \
             np.concatenate(self.S.sample_insertion_pose(int(seed)))
         return self._obs(self.env.reset())
 
-    def step(self, action) -> tuple:
+    def step(self, action, render: bool = True) -> tuple:
         """→ (observation, reward): reward 4 = success (the cube held up by the left gripper; the peg on the pin).
-        `SimUnstable` for an action that is not finite or that the physics cannot integrate."""
+        `SimUnstable` for an action that is not finite or that the physics cannot integrate. `render=False`: no camera
+        frame in this observation (a frame no policy window will read; rendering is nearly all a camera step's cost)."""
         a = np.asarray(action, dtype=np.float64)
         if not np.isfinite(a).all():
             raise SimUnstable(f"action {np.flatnonzero(~np.isfinite(a)).tolist()} of {a.size} is not finite")
@@ -132,7 +133,7 @@ class AlohaSim:
         except self.S.control.PhysicsError as e:
             raise SimUnstable(f"the physics became unstable ({str(e).strip()[:100]}) after an action up to "
                               f"{np.abs(a).max():.3g} rad") from None
-        return self._obs(ts), int(ts.reward)
+        return self._obs(ts, render), int(ts.reward)
 
 # %% ../nbs/13_sim.ipynb #18c658a7
 @patch
@@ -441,8 +442,8 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
                 obs = {k: v.to(dev) for k, v in _obs_batch(policy, hist).items()}
                 if task_index is not None: obs["task"] = torch.tensor([task_index], device=dev)
                 chunk = predict(policy, obs, g, inference_steps)["action"][0].cpu().numpy()
-        for a in chunk:
-            try: o, r = env.step(a)
+        for j, a in enumerate(chunk):   # the camera only for the steps the next window reads
+            try: o, r = env.step(a, render=len(chunk) - j <= hist.maxlen)
             except SimUnstable:
                 unstable = True
                 break
