@@ -243,7 +243,16 @@ def _release_sigterm():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
-if _in_forkserver_preload(): _hold_sigterm()
+def _end_at_once():
+    """The server's end when its last launcher has gone: `os._exit` as the interpreter starts its teardown (the
+    last exit handler registered runs first), not seconds of unloading torch while its workers live on."""
+    import atexit
+    server = os.getpid()      # the server only: a process it forks inherits the handler, and never exits through it
+    atexit.register(lambda: os._exit(0) if os.getpid() == server else None)
+
+if _in_forkserver_preload():
+    _hold_sigterm()
+    _end_at_once()
 
 
 # %% ../nbs/06_launch.ipynb #e55a06b3
