@@ -519,6 +519,7 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
     action chunk in that many steps instead of the policy's own `num_inference_steps` (the result records which).
     `task` (the environment): unset, a `task_name` the simulator has, else the task the run's store was recorded in."""
     task = rollout_task(task, task_name, run_or_policy)
+    if int(episodes) < 1: raise SimError(f"episodes={episodes}: a rollout plays at least one episode")
     _sim()
     name = str(run_or_policy)
     if policy is not None and isinstance(run_or_policy, (str, Path)):   # a run of a notebook-defined class
