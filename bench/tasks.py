@@ -2,12 +2,20 @@
 transfer-cube and insertion; the same waypoint experts `dpt sim-data` records with), with its 95 % Wilson interval, the
 seeds it failed on and seconds per episode; `--frames F.png` draws both tasks' first
 and last frames of one expert episode each (the head camera), the picture the sim chapter shows.
-The policies' part of the issue (single-task and two-task camera policies over training seeds, the task_embed_dim=0
-control) is not in this script yet.
+`--policies DIR`: the policies' part. Camera demonstrations of each task (`--demos` episodes, DART noise per task,
+head camera `--size`, only the successes kept), their merge, and camera policies (issue 36's pixel recipe without the privileged
+cube pose, which the tasks do not share; flow predicting the clean chunk) trained `--steps` steps per training seed:
+`single` on each task's own store, `two` on the merge with `policy.task_embed_dim=16` and `blind` on it with 0 (the
+control: does the policy need to be told?). Each run's final EMA policy plays the `--episodes` held-out seeds 1000 …
+of each task it knows (`--inference-steps` Euler steps); each run and its rollouts are kept in DIR and reused.
 Usage: python bench/tasks.py [--seeds 100] [--start 0] [--workers 2] [--noise 0] [--frames F.png] [--json F]
+       python bench/tasks.py --policies DIR [--train-seeds 0,1] [--recipes single,two,blind] [--steps 2000] ...
 """
-import argparse, json, tempfile, time
+import argparse, json, sys, tempfile, time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim import recipe   # noqa: E402  (bench/sim.py: issue 25 / 36's training recipe)
 
 
 def expert(task, a):
@@ -48,13 +56,105 @@ def frames(path):
     print(f"frames: {path}")
 
 
+def _store(a, task):
+    from dptoolkit.sim import make_demos
+    p = a.policies / f"{task}.zarr"
+    if not p.exists():
+        t = time.perf_counter()
+        noise = dict(kv.split("=") for kv in a.demo_noise.split(","))
+        d = make_demos(task, n=a.demos, out=p, camera=True, size=a.size, workers=a.workers,
+                       noise=float(noise.get(task, 0)), progress=False)
+        print(d, f"({time.perf_counter() - t:.0f} s)", flush=True)
+    return p
+
+
+def _rolled(a, run, task, conditioned):
+    "Success of `run` on `task`'s held-out seeds, kept beside the run (each seed's outcome and highest reward stage)."
+    from dptoolkit.sim import rollout
+    kept = run / f"rollout-{task}-seed1000-{a.episodes}-steps{a.inference_steps}.json"
+    if kept.exists(): return json.loads(kept.read_text())
+    t = time.perf_counter()
+    r = rollout(run, episodes=a.episodes, workers=a.workers, seed=1000, progress=False,
+                inference_steps=a.inference_steps, **(dict(task_name=task) if conditioned else dict(task=task)))
+    e = r.episodes
+    got = dict(success=int(e.success.sum()), episodes=len(e), mean_max_reward=float(e.max_reward.mean()),
+               outcomes={int(k): bool(v) for k, v in zip(e.seed, e.success)},
+               max_reward={int(k): int(v) for k, v in zip(e.seed, e.max_reward)}, wall_s=time.perf_counter() - t)
+    kept.write_text(json.dumps(got))
+    return got
+
+
+def policies(a):
+    "Single-task, two-task and blind two-task camera policies over training seeds, each rolled out on its tasks."
+    import pandas as pd
+    from dptoolkit.config import for_store
+    from dptoolkit.merge import merge
+    from dptoolkit.stats import wilson
+    from dptoolkit.train import train
+    a.policies.mkdir(parents=True, exist_ok=True)
+    tasks = a.tasks.split(",")
+    stores = {t: _store(a, t) for t in tasks}
+    two = a.policies / "two.zarr"
+    if not two.exists(): merge([stores[t] for t in tasks], two, keys=["head_camera", "state", "action"], progress=False)
+    plan = []   # (recipe, store name, store, task_embed_dim, the tasks it is rolled out on)
+    for r in a.recipes.split(","):
+        if r == "single": plan += [(r, t, stores[t], 0, [t]) for t in tasks]
+        elif r == "two": plan.append((r, "two", two, 16, tasks))
+        elif r == "blind": plan.append((r, "two", two, 0, tasks))
+        else: sys.exit(f"tasks.py: --recipes: unknown recipe {r!r} (single, two, blind)")
+    rows = []
+    for seed in [int(s) for s in a.train_seeds.split(",")]:
+        for rec, name, store, emb, rollout_tasks in plan:
+            rd = a.policies / f"{rec}-{name}-seed{seed}"
+            if not (rd / "result.json").exists():
+                cfg = for_store(store, name="test", overrides=[
+                    "task.dataset.obs_keys=[head_camera,state]", f"training.max_steps={a.steps}",
+                    f"dataloader.batch_size={a.batch}", f"training.checkpoint_every={a.steps}",
+                    f"training.log_every={max(1, a.steps // 20)}", "task.dataset.val_ratio=0.04",
+                    f"training.seed={seed}", *recipe(True, size=a.size), "policy.objective=flow",
+                    "policy.num_inference_steps=10", f"policy.task_embed_dim={emb}"])
+                t = time.perf_counter()
+                res = train(cfg, nprocs=1, run_dir=rd, progress=False)
+                print(f"{rd.name}: trained in {time.perf_counter() - t:.0f} s, "
+                      f"{res.metrics.get('samples_per_s', float('nan')):.0f} samples/s", flush=True)
+            done = json.loads((rd / "result.json").read_text())
+            for task in rollout_tasks:
+                got = _rolled(a, rd, task, emb > 0)
+                rows.append(dict(recipe=rec, task=task, seed=seed, success=got["success"], episodes=got["episodes"],
+                                 mean_max_reward=got["mean_max_reward"], train_s=done.get("wall_s"),
+                                 final_loss=done.get("final_loss")))
+                print(rows[-1], flush=True)
+    df = pd.DataFrame(rows)
+    agg = df.groupby(["recipe", "task"], sort=False).agg(success=("success", "sum"), episodes=("episodes", "sum"),
+                                                       seeds=("seed", "nunique"),
+                                                       mean_max_reward=("mean_max_reward", "mean"))
+    agg["rate"] = agg.success / agg.episodes
+    ci = [wilson(s, n) for s, n in zip(agg.success, agg.episodes)]
+    agg["low"], agg["high"] = [c[0] for c in ci], [c[1] for c in ci]
+    print(df.to_string(index=False)); print(agg.round(3).to_string())
+    return dict(runs=rows, pooled=agg.reset_index().to_dict("records"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=100); ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2); ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--tasks", default="transfer_cube,insertion")
     ap.add_argument("--frames", type=Path); ap.add_argument("--json", type=Path)
+    ap.add_argument("--policies", type=Path, help="the policies' part, into this folder (runs and rollouts reused)")
+    ap.add_argument("--demos", type=int, default=60)
+    ap.add_argument("--demo-noise", default="transfer_cube=0.02,insertion=0",
+                    help="DART noise (rad) per task: with 0.02 the insertion expert succeeded in 8 of 60")
+    ap.add_argument("--size", default="72,96", help="camera frames H,W")
+    ap.add_argument("--train-seeds", default="0,1"); ap.add_argument("--recipes", default="single,two,blind")
+    ap.add_argument("--steps", type=int, default=2000); ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--episodes", type=int, default=50); ap.add_argument("--inference-steps", type=int, default=1)
     a = ap.parse_args()
+    a.size = tuple(int(x) for x in a.size.split(","))
+    if a.policies:
+        res = dict(args={k: str(v) for k, v in vars(a).items()}, **policies(a))
+        if a.json: a.json.write_text(json.dumps(res, indent=1, default=str))
+        return
     res = dict(args={k: str(v) for k, v in vars(a).items()}, experts=[expert(t, a) for t in a.tasks.split(",")])
     if a.frames: frames(a.frames)
     if a.json: a.json.write_text(json.dumps(res, indent=1))
