@@ -3,11 +3,13 @@ transfer-cube and insertion; the same waypoint experts `dpt sim-data` records wi
 seeds it failed on and seconds per episode; `--frames F.png` draws both tasks' first
 and last frames of one expert episode each (the head camera), the picture the sim chapter shows.
 `--policies DIR`: the policies' part. Camera demonstrations of each task (`--demos` episodes, DART noise per task,
-head camera `--size`, only the successes kept), their merge, and camera policies (issue 36's pixel recipe without the privileged
-cube pose, which the tasks do not share; flow predicting the clean chunk) trained `--steps` steps per training seed:
-`single` on each task's own store, `two` on the merge with `policy.task_embed_dim=16` and `blind` on it with 0 (the
-control: does the policy need to be told?). Each run's final EMA policy plays the `--episodes` held-out seeds 1000 …
-of each task it knows (`--inference-steps` Euler steps); each run and its rollouts are kept in DIR and reused.
+head camera `--size`, only the successes kept), their merge, and camera policies (issue 36's pixel recipe; flow
+predicting the clean chunk) trained `--steps` steps per training seed: `single` on each task's own store, `two` on the
+merge with `policy.task_embed_dim=16` and `blind` on it with 0 (the control: does the policy need to be told?). Plain,
+they read the camera and qpos only and learn nothing else; `+aux` after a recipe: the encoder also learns the
+objects' poses from the frame (issue 36's aux target; across tasks `env_state` zero-padded to one width: 7 → 14).
+Each run's final EMA policy plays the `--episodes` held-out seeds 1000 … of each task it knows (`--inference-steps`
+Euler steps); each run and its rollouts are kept in DIR and reused.
 Usage: python bench/tasks.py [--seeds 100] [--start 0] [--workers 2] [--noise 0] [--frames F.png] [--json F]
        python bench/tasks.py --policies DIR [--train-seeds 0,1] [--recipes single,two,blind] [--steps 2000] ...
 """
@@ -68,6 +70,31 @@ def _store(a, task):
     return p
 
 
+def _padded(a, stores) -> dict:
+    """Copies of the task stores whose `env_state` is zero-padded on the right to the widest (the cube's 7 values, the
+    peg's and socket's 14): one array a merge takes, so the camera policies can be taught the objects' poses (`aux`)
+    from both tasks (RDT pads its robots' actions into one vector the same way)."""
+    import shutil
+    import numpy as np
+    import zarr
+    width = max(zarr.open_group(str(p), mode="r")["data/env_state"].shape[1] for p in stores.values())
+    out = {}
+    for t, p in stores.items():
+        q = a.policies / f"{t}-pad{width}.zarr"
+        if not q.exists():
+            tmp = q.with_name(q.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(p, tmp)
+            g = zarr.open_group(str(tmp), mode="r+")
+            e = g["data/env_state"]
+            v, chunks = e[:], (e.chunks[0], width)
+            del g["data/env_state"]
+            g["data"].create_array("env_state", data=np.pad(v, ((0, 0), (0, width - v.shape[1]))), chunks=chunks)
+            tmp.rename(q)
+        out[t] = q
+    return out
+
+
 def _rolled(a, run, task, conditioned):
     "Success of `run` on `task`'s held-out seeds, kept beside the run (each seed's outcome and highest reward stage)."
     from dptoolkit.sim import rollout
@@ -98,20 +125,27 @@ def policies(a):
     if not two.exists(): merge([stores[t] for t in tasks], two, keys=["head_camera", "state", "action"], progress=False)
     plan = []   # (recipe, store name, store, task_embed_dim, the tasks it is rolled out on)
     for r in a.recipes.split(","):
-        if r == "single": plan += [(r, t, stores[t], 0, [t]) for t in tasks]
-        elif r == "two": plan.append((r, "two", two, 16, tasks))
-        elif r == "blind": plan.append((r, "two", two, 0, tasks))
-        else: sys.exit(f"tasks.py: --recipes: unknown recipe {r!r} (single, two, blind)")
+        base, aux = r.removesuffix("+aux"), r.endswith("+aux")
+        if aux and not (a.policies / "two-aux.zarr").exists():
+            merge(list(_padded(a, {t: stores[t] for t in tasks}).values()), a.policies / "two-aux.zarr",
+                  keys=["head_camera", "state", "env_state", "action"], progress=False)
+        both = a.policies / "two-aux.zarr" if aux else two
+        if base == "single": plan += [(r, t, stores[t], 0, [t]) for t in tasks]
+        elif base == "two": plan.append((r, "two", both, 16, tasks))
+        elif base == "blind": plan.append((r, "two", both, 0, tasks))
+        else: sys.exit(f"tasks.py: --recipes: unknown recipe {r!r} (single, two, blind, each also with +aux)")
     rows = []
     for seed in [int(s) for s in a.train_seeds.split(",")]:
         for rec, name, store, emb, rollout_tasks in plan:
             rd = a.policies / f"{rec}-{name}-seed{seed}"
             if not (rd / "result.json").exists():
+                aux = rec.endswith("+aux")
                 cfg = for_store(store, name="test", overrides=[
-                    "task.dataset.obs_keys=[head_camera,state]", f"training.max_steps={a.steps}",
+                    f"task.dataset.obs_keys=[head_camera,state{',env_state' if aux else ''}]",
+                    f"training.max_steps={a.steps}",
                     f"dataloader.batch_size={a.batch}", f"training.checkpoint_every={a.steps}",
                     f"training.log_every={max(1, a.steps // 20)}", "task.dataset.val_ratio=0.04",
-                    f"training.seed={seed}", *recipe(True, size=a.size), "policy.objective=flow",
+                    f"training.seed={seed}", *recipe(True, size=a.size, aux=aux), "policy.objective=flow",
                     "policy.num_inference_steps=10", f"policy.task_embed_dim={emb}"])
                 t = time.perf_counter()
                 res = train(cfg, nprocs=1, run_dir=rd, progress=False)
