@@ -9,7 +9,7 @@ throughput ratio with its range.
 STORE: a demonstration store (`dpt sim-data`); made here (10 low-dim demonstrations, or 72×96 camera ones with
 `--camera`) when not given. The recipe is bench/sim.py's for the store's kind.
 
-    python bench/rollout_cost.py --render RUN [--episodes 10] [--json F]
+    python bench/rollout_cost.py --render RUN [--episodes 10] [--task-name T] [--inference-steps K] [--json F]
 
 `--render RUN`: a camera run's episodes played in this process twice on each seed (1000 …), alternated: rendering the
 camera at every step (as rollouts did before 2026-11-28) and only the frames a policy window reads; prints seconds per
@@ -24,15 +24,18 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 def render_cost(a):
     "--render: seconds per camera episode rendering every step against only the frames a window reads (same seeds)."
     import numpy as np
-    from dptoolkit.sim import AlohaSim, rollout_episode
+    import torch
+    from dptoolkit.sim import AlohaSim, _load, rollout_episode, rollout_task, task_index
+    torch.set_num_threads(1)   # as a rollout worker samples (one core each)
     step = AlohaSim.step
     def every(self, action, render=True): return step(self, action, True)
     run, rows = str(a.render.absolute()), []
-    rollout_episode(run, seed=999, max_steps=6, inference_steps=a.inference_steps)   # load the policy once, untimed
+    task, idx = rollout_task(None, a.task_name, run), task_index(_load(run)[1], a.task_name)   # loaded once, untimed
+    kw = dict(task=task, inference_steps=a.inference_steps, task_index=idx)
     for seed in range(1000, 1000 + a.episodes):
         for mode in (("every", "read") if seed % 2 else ("read", "every")):
             AlohaSim.step = every if mode == "every" else step
-            try: ep = rollout_episode(run, seed=seed, inference_steps=a.inference_steps)
+            try: ep = rollout_episode(run, seed=seed, **kw)
             finally: AlohaSim.step = step
             rows.append(dict(mode=mode, seed=seed, **{k: ep[k] for k in ("success", "steps", "max_reward", "seconds")}))
     by = {m: [r for r in rows if r["mode"] == m] for m in ("every", "read")}
@@ -40,7 +43,7 @@ def render_cost(a):
                for x, y in zip(sorted(by["every"], key=lambda r: r["seed"]), sorted(by["read"], key=lambda r: r["seed"])))
     sec = {m: float(np.median([r["seconds"] for r in v])) for m, v in by.items()}
     tot = {m: sum(r["seconds"] for r in v) for m, v in by.items()}
-    print(f"{a.episodes} episodes of {a.render.name}: every frame rendered {sec['every']:.1f} s an episode (median), "
+    print(f"{a.episodes} {task} episodes of {a.render.name}: every frame rendered {sec['every']:.1f} s an episode (median), "
           f"only the frames read {sec['read']:.1f} s: {sec['every'] / sec['read']:.2f}× faster (totals "
           f"{tot['every']:.0f} / {tot['read']:.0f} s: {tot['every'] / tot['read']:.2f}×); outcomes, steps and stages "
           f"{'identical' if same else 'DIFFER'}; successes {sum(r['success'] for r in by['read'])}/{a.episodes}",
@@ -59,6 +62,7 @@ def main():
     ap.add_argument("--json", type=Path)
     ap.add_argument("--render", type=Path, help="a camera run: rendering every step against only the frames read")
     ap.add_argument("--inference-steps", type=int, default=None, help="with --render: Euler / denoising steps")
+    ap.add_argument("--task-name", help="with --render: the task a task-conditioned run does (and is played in)")
     a = ap.parse_args()
     if a.render: return render_cost(a)
     import numpy as np
