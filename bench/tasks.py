@@ -7,7 +7,7 @@ head camera `--size`, only the successes kept), their merge, and camera policies
 predicting the clean chunk) trained `--steps` steps per training seed: `single` on each task's own store, `two` on the
 merge with `policy.task_embed_dim=16` and `blind` on it with 0 (the control: does the policy need to be told?). Plain,
 they read the camera and qpos only and learn nothing else; `+aux` after a recipe: the encoder also learns the
-objects' poses from the frame (issue 36's aux target; across tasks `env_state` zero-padded to one width: 7 → 14).
+objects' poses from the frame (issue 36's aux target; across tasks `merge(pad=["env_state"])` zero-pads 7 → 14).
 Each run's final EMA policy plays the `--episodes` held-out seeds 1000 … of each task it knows (`--inference-steps`
 Euler steps); each run and its rollouts are kept in DIR and reused.
 Usage: python bench/tasks.py [--seeds 100] [--start 0] [--workers 2] [--noise 0] [--frames F.png] [--json F]
@@ -70,31 +70,6 @@ def _store(a, task):
     return p
 
 
-def _padded(a, stores) -> dict:
-    """Copies of the task stores whose `env_state` is zero-padded on the right to the widest (the cube's 7 values, the
-    peg's and socket's 14): one array a merge takes, so the camera policies can be taught the objects' poses (`aux`)
-    from both tasks (RDT pads its robots' actions into one vector the same way)."""
-    import shutil
-    import numpy as np
-    import zarr
-    width = max(zarr.open_group(str(p), mode="r")["data/env_state"].shape[1] for p in stores.values())
-    out = {}
-    for t, p in stores.items():
-        q = a.policies / f"{t}-pad{width}.zarr"
-        if not q.exists():
-            tmp = q.with_name(q.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(p, tmp)
-            g = zarr.open_group(str(tmp), mode="r+")
-            e = g["data/env_state"]
-            v, chunks = e[:], (e.chunks[0], width)
-            del g["data/env_state"]
-            g["data"].create_array("env_state", data=np.pad(v, ((0, 0), (0, width - v.shape[1]))), chunks=chunks)
-            tmp.rename(q)
-        out[t] = q
-    return out
-
-
 def _rolled(a, run, task, conditioned):
     "Success of `run` on `task`'s held-out seeds, kept beside the run (each seed's outcome and highest reward stage)."
     from dptoolkit.sim import rollout
@@ -127,7 +102,7 @@ def policies(a):
     for r in a.recipes.split(","):
         base, aux = r.removesuffix("+aux"), r.endswith("+aux")
         if aux and not (a.policies / "two-aux.zarr").exists():
-            merge(list(_padded(a, {t: stores[t] for t in tasks}).values()), a.policies / "two-aux.zarr",
+            merge([stores[t] for t in tasks], a.policies / "two-aux.zarr", pad=["env_state"],
                   keys=["head_camera", "state", "env_state", "action"], progress=False)
         both = a.policies / "two-aux.zarr" if aux else two
         if base == "single": plan += [(r, t, stores[t], 0, [t]) for t in tasks]

@@ -110,7 +110,9 @@ def cmd_merge(a):
     keys = a.keys.split(",") if a.keys else None
     names = a.task_names.split(",") if a.task_names else None
     t0 = time.time()
-    info = merge(a.sources, a.output, keys=keys, task_names=names, overwrite=a.overwrite, progress=not a.no_progress)
+    pad = a.pad.split(",") if a.pad else None
+    info = merge(a.sources, a.output, keys=keys, task_names=names, pad=pad, overwrite=a.overwrite,
+                 progress=not a.no_progress)
     print(info)
     print(f"merged {len(a.sources)} stores in {time.time() - t0:.1f} s")
 
@@ -539,8 +541,7 @@ COMMANDS = {
         examples=["dpt demo", "dpt demo --nprocs 4 --steps 2000 --out demo4"],
         args=[_a("--out", default="dpt-demo", help="output folder (default ./dpt-demo)"),
               _a("--nprocs", type=count, help="processes for the parallel run (default: 2 on CPU, all GPUs)"),
-              _a("--steps", type=count, default=500,
-                 help="steps of the parallel run (the 1-process timing run: a fifth)"),
+              _a("--steps", type=count, default=500, help="steps of the parallel run (1-process timing run: a fifth)"),
               _a("--config", default="test",
                  help="packaged config or YAML path (default test: a small U-Net for CPUs)"),
               _a("--overwrite", action="store_true", help="replace an existing output folder"), _NO_PROGRESS]),
@@ -564,13 +565,14 @@ COMMANDS = {
         description="Merge per-task stores into one: validated first, streamed chunk by chunk, written to a temporary "
                     "folder and renamed when complete; each episode keeps its task name (meta/episode_task).",
         examples=["dpt merge data/*.zarr -o six_tasks.zarr",
-                  "dpt merge a.zarr b.zarr -o ab.zarr --keys state,action --task-names a,b"],
+                  "dpt merge a.zarr b.zarr -o ab.zarr --keys state,action --task-names a,b",
+                  "dpt merge transfer_cube.zarr insertion.zarr -o two.zarr --pad env_state"],
         args=[_a("sources", nargs="+", help="stores to merge, in order"),
               _a("-o", "--output", required=True, help="the merged store to write"),
               _a("--overwrite", action="store_true", help="replace an existing output store"),
-              _a("--keys",
-                 help="comma-separated data keys to keep, e.g. state,action (default: all, which must agree)"),
+              _a("--keys", help="data keys to keep, e.g. state,action (default: all; they must agree)"),
               _a("--task-names", help="comma-separated task name per source (default: the store names)"),
+              _a("--pad", help="comma-separated vector keys zero-padded to the widest source's (e.g. env_state)"),
               _NO_PROGRESS]),
     "convert": dict(fn=cmd_convert, help="RoboTwin raw episodes or a LeRobot dataset → a store; a store → LeRobot",
         description="RoboTwin's raw episodes (data/<task>/<config>/data/episode<i>.hdf5, one or many task folders) "

@@ -33,11 +33,24 @@ __all__ = ['BLOCK_BYTES', 'MergeError', 'check_sources', 'merge']
 class MergeError(ValueError):
     "Sources cannot be merged into the destination; the message names the source, key and values."
 
+# %% ../nbs/01_merge.ipynb #42e59147
+def _check_pad(pad, keys, srcs, infos, label) -> list:
+    "The keys to zero-pad, each merged and a vector per step in every source."
+    pad = [pad] if isinstance(pad, str) else list(pad or ())
+    for k in pad:
+        if k not in keys: raise MergeError(f"pad: {k} is not one of the keys merged ({', '.join(keys)})")
+        for s, i in zip(srcs, infos):
+            if len(i.arrays[k].shape) != 2:
+                raise MergeError(f"{label[s]}: data/{k} has shape {_trail(i.arrays[k].shape)}; only a vector per step "
+                                 "(*, n) can be zero-padded")
+    return pad
+
 # %% ../nbs/01_merge.ipynb #2ee7d381
 def _trail(shape): return "(*" + "".join(f", {s}" for s in shape[1:]) + ")"
 
-def check_sources(sources, dest=None, keys=None) -> tuple:
-    "Validate `sources` for merging into `dest`; return (paths, infos, keys) or raise `MergeError`."
+def check_sources(sources, dest=None, keys=None, pad=()) -> tuple:
+    """Validate `sources` for merging into `dest`; return (paths, infos, keys) or raise `MergeError`. `pad`: keys whose
+    vectors may differ in width across sources (`merge` zero-pads them to the widest)."""
     srcs = [Path(s) for s in sources]
     if not srcs: raise MergeError("no source stores given")
     seen = {}
@@ -72,15 +85,18 @@ def check_sources(sources, dest=None, keys=None) -> tuple:
         for s, i in zip(srcs, infos):
             for k in keys:
                 if k not in i.arrays: raise MergeError(f"{label[s]}: has no data/{k} (it has {', '.join(i.keys)})")
+    pad = _check_pad(pad, keys, srcs, infos, label)
     for k in keys:
         r = rinfo.arrays[k]
         for s, i in zip(srcs[1:], infos[1:]):
             a = i.arrays[k]
-            if a.shape[1:] != r.shape[1:]:   # e.g. two simulator tasks' env_state: not one array, not one input
+            if a.shape[1:] != r.shape[1:] and k not in pad:   # e.g. two simulator tasks' env_state, unpadded
                 same = [q for q in keys if all(j.arrays[q].shape[1:] == rinfo.arrays[q].shape[1:] for j in infos)]
                 raise MergeError(f"{label[s]}: data/{k} has shape {_trail(a.shape)}, expected {_trail(r.shape)} as in "
                                  f"{label[ref]}; leave it out with --keys {','.join(same) or '...'} (one policy "
-                                 "reads the same keys in every task)")
+                                 "reads the same keys in every task)"
+                                 + (f", or zero-pad it to the widest with --pad {k}"
+                                    if len(a.shape) == len(r.shape) == 2 else ""))
             if a.dtype != r.dtype:
                 raise MergeError(f"{label[s]}: data/{k} has dtype {a.dtype}, expected {r.dtype} as in {label[ref]}")
     return srcs, infos, keys
@@ -124,6 +140,9 @@ def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
         for start in range(0, a.shape[0], rblock):
             # names source and chunk
             block = read_chunk_rows(src, f"data/{key}", a, start, min(start + rblock, a.shape[0]))
+            bar.update(block.nbytes)
+            if block.shape[1:] != out.shape[1:]:                       # a narrower vector: zeros on the right (pad=)
+                block = np.pad(block, ((0, 0), (0, out.shape[1] - block.shape[1])))
             buf.append(block)
             nb += len(block)
             if nb >= wblock:
@@ -133,7 +152,6 @@ def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
                 pos += n_full
                 rest = cat[n_full:]
                 buf, nb = ([rest] if len(rest) else []), len(rest)
-            bar.update(block.nbytes)
     if nb:
         out[pos:pos + nb] = np.concatenate(buf) if len(buf) > 1 else buf[0]
         pos += nb
@@ -156,10 +174,13 @@ def _sim_attrs(infos, keys) -> dict | None:
 def _dir_bytes(p) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
 
-def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False, progress: bool = True,
+def merge(sources, dest, *, keys=None, task_names=None, pad=None, overwrite: bool = False, progress: bool = True,
           zarr_format: int = 2) -> StoreInfo:
-    "Concatenate replay-buffer `sources` into a new store `dest`, streaming and atomically. Returns its `StoreInfo`."
-    srcs, infos, keys = check_sources(sources, dest, keys)
+    """Concatenate replay-buffer `sources` into a new store `dest`, streaming and atomically. Returns its `StoreInfo`.
+    `pad`: vector keys zero-padded on the right to the widest source's (attrs `merge.padded`: each source's width)."""
+    srcs, infos, keys = check_sources(sources, dest, keys, pad)
+    pad = [pad] if isinstance(pad, str) else list(pad or ())
+    widths = {k: [i.arrays[k].shape[1] for i in infos] for k in pad}
     dest = Path(dest)
     if dest.exists() and not overwrite:
         raise MergeError(f"{dest}: already exists; pass overwrite=True (--overwrite) to replace it")
@@ -168,7 +189,7 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
     ends = [np.asarray(g["meta/episode_ends"][:], dtype=np.int64) for g in groups]
     offsets = np.cumsum([0] + [i.steps for i in infos])
     all_ends = np.concatenate([e + o for e, o in zip(ends, offsets[:-1])])
-    total = sum(infos[0].arrays[k].nbytes // max(1, infos[0].steps) * offsets[-1] for k in keys)
+    total = sum(i.arrays[k].nbytes for i in infos for k in keys)                    # the sources' bytes
     provenance = [dict(path=str(s.resolve()), episodes=i.episodes, steps=i.steps, task_names=i.task_names or None)
                   for s, i in zip(srcs, infos)]
     need = sum(_dir_bytes(s / "data" / k) for s in srcs for k in keys)      # the same codec: about the sources' size
@@ -183,15 +204,17 @@ def merge(sources, dest, *, keys=None, task_names=None, overwrite: bool = False,
             for k in keys:
                 first = groups[0][f"data/{k}"]
                 comp = (first.compressors or (None,))[0]
-                arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + tuple(first.shape[1:]), first.dtype,
-                                   first.chunks, comp)
+                trail = (max(widths[k]),) if k in widths else tuple(first.shape[1:])
+                arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + trail, first.dtype,
+                                   (first.chunks[0],) + trail, comp)
                 _copy_key(k, srcs, [g[f"data/{k}"] for g in groups], arr, bar)
             for name, values in (("episode_ends", all_ends), ("episode_task", episode_task)):
                 m = out.create_array(f"meta/{name}", shape=values.shape, dtype="int64", chunks=(max(1, len(values)),),
                                      compressors=None, config=ALL_CHUNKS)
                 m[...] = values
             out.attrs.update(task_names=names, merge=dict(sources=provenance, keys=keys, dptoolkit=__version__,
-                                                          created=time.strftime("%Y-%m-%dT%H:%M:%S")),
+                                                          created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                                          **({"padded": widths} if widths else {})),
                              **({"sim": sim} if (sim := _sim_attrs(infos, keys)) else {}))
             validate(tmp)
     except StoreError as e: raise MergeError(str(e)) from None   # a damaged source chunk: named by read_chunk_rows

@@ -338,7 +338,8 @@ SIM_OBS = {"state": "qpos", "env_state": "env_state", "head_camera": "top camera
 
 def check_policy(policy, task: str = "transfer_cube", name: str = "policy"):
     """Refuse, before any episode, a policy the simulator cannot drive: an observation key it does not give
-    (`SIM_OBS`), or an action dimension other than the task's 14."""
+    (`SIM_OBS`), an action dimension other than the task's 14, or an `env_state` of another width -- unless the policy
+    is conditioned on `task` and reads a wider one (a store merged with `pad=["env_state"]`: the episode zero-pads)."""
     for k in policy.low_dim_keys + policy.image_keys:
         if k not in SIM_OBS:
             raise SimError(f"{name}: the policy reads {k}, which the {task} simulator does not give (it gives "
@@ -347,7 +348,8 @@ def check_policy(policy, task: str = "transfer_cube", name: str = "policy"):
         raise SimError(f"{name}: the policy acts in {policy.action_dim} dimensions, {task} takes 14 "
                        "(2 × 6 joints + 2 grippers)")
     width = getattr(getattr(policy, "obs_encoder", None), "low_dim", {}).get("env_state")
-    if width is not None and width != ENV_STATE[task]:
+    padded = width is not None and width > ENV_STATE[task] and task in (getattr(policy, "task_names", None) or ())
+    if width is not None and width != ENV_STATE[task] and not padded:   # padded: a merge --pad env_state taught it
         other = next((t for t, n in ENV_STATE.items() if n == width), None)
         raise SimError(f"{name}: the policy reads env_state of {width} values"
                        + (f" ({other}'s)" if other else "") + f", the {task} simulator gives {ENV_STATE[task]}")
@@ -399,11 +401,13 @@ def task_index(policy, task_name=None, name: str = "policy"):
 def _obs_batch(policy, hist):
     "The last n_obs_steps observations as the (1, T, ...) batch `predict_action` takes (store key names)."
     import torch
-    out = {}
+    out, widths = {}, getattr(getattr(policy, "obs_encoder", None), "low_dim", {})
     for k in policy.low_dim_keys + policy.image_keys:
         src = "qpos" if k == "state" else k
-        out[k] = torch.from_numpy(np.stack([h[src] for h in hist])[None]).float() if k in policy.low_dim_keys \
-            else torch.from_numpy(np.stack([h[src] for h in hist])[None])
+        v = np.stack([h[src] for h in hist])[None]
+        if k in policy.low_dim_keys and widths.get(k, v.shape[-1]) > v.shape[-1]:   # a padded key (merge pad=)
+            v = np.pad(v, ((0, 0), (0, 0), (0, widths[k] - v.shape[-1])))
+        out[k] = torch.from_numpy(v).float() if k in policy.low_dim_keys else torch.from_numpy(v)
     return out
 
 # %% ../nbs/13_sim.ipynb #3d852c40

@@ -210,6 +210,17 @@ def _(tmp):
         raises(MergeError, "the disk filled up while merging", merge, srcs, d / "o.zarr", progress=False)
         assert files(d) == []
 
+@row("M8", "merge", "`dpt merge --pad` of a camera key", "data/head_camera has shape (*, 3, 24, 32); only a vector per step (*, n) can be zero-padded")
+def _(tmp):
+    a, b = (sample_data(tmp / n, tasks=1, episodes=2, image=True, seed=i)[0] for i, n in enumerate("ab"))
+    r = dpt("merge", a, b, "-o", tmp / "o.zarr", "--pad", "head_camera", "--no-progress")
+    assert r.returncode == 1 and "only a vector per step (*, n) can be zero-padded" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp / "o.zarr").exists()
+    w = sample_data(tmp / "w", tasks=1, episodes=2, dim=16)[0]        # the same command on a vector: merged
+    dpt("merge", a, w, "-o", tmp / "p.zarr", "--keys", "state,action", "--pad", "state,action", "--no-progress", check=0)
+    assert zarr.open_group(str(tmp / "p.zarr"), mode="r")["data/state"].shape[1] == 16
+
 
 # ---------------------------------------------------------------- config
 @row("C1", "config", "an override with a misspelt key (`training.max_step=5`)", "unknown config key 'training.max_step'; did you mean training.max_steps?")

@@ -127,3 +127,19 @@ def test_two_simulator_tasks_merge_into_a_store_named_by_their_tasks(tmp_path):
     r = dpt("rollout", tmp_path / "run", "--every", 0, "--episodes", 1, "--workers", 1, "--tasks", "insertion,stack",
             check=1)
     assert "--tasks insertion,stack: the simulator has no task 'stack'" in r.stderr
+    # --pad env_state keeps the objects' poses: a task-conditioned policy reads all 14 values and, in transfer-cube
+    # (7), each episode pads them with zeros as the merge did
+    with pytest.raises(MergeError, match="or zero-pad it to the widest with --pad env_state"):
+        merge([tmp_path / "tran.zarr", tmp_path / "inse.zarr"], tmp_path / "pad.zarr", progress=False)
+    dpt("merge", tmp_path / "tran.zarr", tmp_path / "inse.zarr", "-o", tmp_path / "pad.zarr", "--pad", "env_state",
+        "--no-progress", check=0)
+    info = describe(tmp_path / "pad.zarr")
+    assert info.arrays["env_state"].shape[1] == 14 and info.attrs["merge"]["padded"] == {"env_state": [7, 14]}
+    assert "env_state" in info.attrs["sim"]["keys"]
+    cfg = for_store(tmp_path / "pad.zarr", name="test", overrides=[
+        "task.dataset.obs_keys=[state,env_state]", "policy.task_embed_dim=4", "training.max_steps=2"])
+    train(cfg, nprocs=1, run_dir=tmp_path / "padrun", progress=False)
+    for name in ("transfer_cube", "insertion"):
+        r = dpt("rollout", tmp_path / "padrun", "--task-name", name, "--episodes", 1, "--workers", 1, "--max-steps", 6,
+                "--json", check=0)
+        assert [e["steps"] for e in json.loads(r.stdout)[0]["episodes_table"]] == [6], r.stdout
