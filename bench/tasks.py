@@ -1,7 +1,8 @@
 """More than one task in closed loop (issue 67), first part: each scripted expert's success on --seeds seeds (ALOHA
 transfer-cube and insertion; the same waypoint experts `dpt sim-data` records with), with its 95 % Wilson interval, the
 seeds it failed on and seconds per episode; `--frames F.png` draws both tasks' first
-and last frames of one expert episode each (the head camera), the picture the sim chapter shows.
+and last frames of one expert episode each (the head camera), the picture the sim chapter shows (`--frames-of RUN`:
+a policy run's best held-out episode in each task instead).
 `--policies DIR`: the policies' part. Camera demonstrations of each task (`--demos` episodes, DART noise per task,
 head camera `--size`, only the successes kept), their merge, and camera policies (issue 36's pixel recipe; flow
 predicting the clean chunk) trained `--steps` steps per training seed: `single` on each task's own store, `two` on the
@@ -68,6 +69,35 @@ def _store(a, task):
                        noise=float(noise.get(task, 0)), progress=False)
         print(d, f"({time.perf_counter() - t:.0f} s)", flush=True)
     return p
+
+
+def policy_frames(path, run, tasks, episodes=50, inference_steps=1):
+    """The picture of a run's policy in each task: four frames of its best kept held-out episode there (a success, else
+    the highest reward stage; from `_rolled`'s record of seeds 1000 ...), replayed with a video (120×160)."""
+    import imageio
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from dptoolkit.sim import _load_path, rollout_episode, task_index
+    run, pol = Path(run).absolute(), _load_path(str(Path(run).absolute()))
+    fig, ax = plt.subplots(len(tasks), 4, figsize=(12, 2.9 * len(tasks)), squeeze=False)
+    for i, task in enumerate(tasks):
+        kept = json.loads((run / f"rollout-{task}-seed1000-{episodes}-steps{inference_steps}.json").read_text())
+        seed = max(kept["outcomes"], key=lambda s: (kept["outcomes"][s], kept["max_reward"][s], -int(s)))
+        v = Path(tempfile.mkdtemp()) / f"{task}.mp4"
+        ep = rollout_episode(str(run), task, int(seed), video=str(v), video_size=(120, 160),
+                             inference_steps=inference_steps, task_index=task_index(pol, task))
+        cam = imageio.mimread(v, memtest=False)
+        for j, k in enumerate(np.linspace(0, len(cam) - 1, 4).astype(int)):
+            ax[i, j].imshow(cam[k])
+            end = (f": success ({kept['success']}/{kept['episodes']} held-out)" if ep["success"] else
+                   f": stage {ep['max_reward']} of 4 ({kept['success']}/{kept['episodes']} held-out)")
+            ax[i, j].set_title(f"{task}, seed {seed}, step {k}" + (end if j == 3 else ""), fontsize=8)
+            ax[i, j].axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    print(f"frames of {run.name}: {path}")
 
 
 def _rolled(a, run, task, conditioned):
@@ -150,6 +180,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2); ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--tasks", default="transfer_cube,insertion")
     ap.add_argument("--frames", type=Path); ap.add_argument("--json", type=Path)
+    ap.add_argument("--frames-of", type=Path, help="with --frames: a --policies run's best held-out episode per task")
     ap.add_argument("--policies", type=Path, help="the policies' part, into this folder (runs and rollouts reused)")
     ap.add_argument("--demos", type=int, default=60)
     ap.add_argument("--demo-noise", default="transfer_cube=0.02,insertion=0",
@@ -160,6 +191,7 @@ def main():
     ap.add_argument("--episodes", type=int, default=50); ap.add_argument("--inference-steps", type=int, default=1)
     a = ap.parse_args()
     a.size = tuple(int(x) for x in a.size.split(","))
+    if a.frames_of: return policy_frames(a.frames, a.frames_of, a.tasks.split(","), a.episodes, a.inference_steps)
     if a.policies:
         res = dict(args={k: str(v) for k, v in vars(a).items()}, **policies(a))
         if a.json: a.json.write_text(json.dumps(res, indent=1, default=str))

@@ -405,7 +405,7 @@ def _obs_batch(policy, hist):
     for k in policy.low_dim_keys + policy.image_keys:
         src = "qpos" if k == "state" else k
         v = np.stack([h[src] for h in hist])[None]
-        if k in policy.low_dim_keys and widths.get(k, v.shape[-1]) > v.shape[-1]:   # a padded key (merge pad=)
+        if k == "env_state" and widths.get(k, v.shape[-1]) > v.shape[-1]:   # padded (merge pad=; check_policy)
             v = np.pad(v, ((0, 0), (0, 0), (0, widths[k] - v.shape[-1])))
         out[k] = torch.from_numpy(v).float() if k in policy.low_dim_keys else torch.from_numpy(v)
     return out
