@@ -91,8 +91,8 @@ def policy_frames(path, run, tasks, episodes=50, inference_steps=1):
         cam = imageio.mimread(v, memtest=False)
         for j, k in enumerate(np.linspace(0, len(cam) - 1, 4).astype(int)):
             ax[i, j].imshow(cam[k])
-            end = (f": success ({kept['success']}/{kept['episodes']} held-out)" if ep["success"] else
-                   f": stage {ep['max_reward']} of 4 ({kept['success']}/{kept['episodes']} held-out)")
+            end = (f"\nsuccess ({kept['success']}/{kept['episodes']} held-out)" if ep["success"] else
+                   f"\nstage {ep['max_reward']} of 4 ({kept['success']}/{kept['episodes']} held-out)")
             ax[i, j].set_title(f"{task}, seed {seed}, step {k}" + (end if j == 3 else ""), fontsize=8)
             ax[i, j].axis("off")
     fig.tight_layout()

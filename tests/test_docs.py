@@ -2,7 +2,8 @@
 in headless Debian Chromium through Playwright, and check: no console errors or failed requests, the sidebar reaches
 every chapter and lists the page's sections, search finds a section on another page, widgets show as static forms and
 bars at their final state (never as their text repr), no temporary path, one shared stylesheet, a link to each
-notebook, the API reference of merge / launch / report, and the speed-up figure is an image that loaded.
+notebook, the API reference of merge / launch / report, and the speed-up figure is an image that loaded (so are the
+pictures the sim chapter keeps from cells the build does not run).
 Screenshots go to _screenshots/ (one per page). Skipped, with the reason, where Chromium or Playwright is missing."""
 import functools, http.server, json, os, re, shutil, subprocess, sys, threading, time
 from pathlib import Path
@@ -113,6 +114,11 @@ def test_site_in_browser(site, server, browser):
     assert all(c and w > 200 and h > 100 for c, w, h in sizes), sizes   # the throughput / speed-up figure decoded
     page.locator("img").last.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "07_report_speedup.png"))
+
+    page.goto(f"{server}/13_sim.html"); page.wait_for_load_state("networkidle")   # pictures eval-false cells keep
+    kept = page.evaluate("""() => [...document.querySelectorAll('img[alt="a figure the notebook keeps"]')]
+        .map(i => [i.complete, i.naturalWidth])""")
+    assert len(kept) >= 2 and all(c and w > 200 for c, w in kept), kept
 
 
 

@@ -48,7 +48,8 @@ def public_names(src):
 
 
 def prepare(nb):
-    "Cells for execution: show_doc after exported definitions; hidden/exported/eval-false handled; tags for rendering."
+    """Cells for execution: show_doc after exported definitions; hidden/exported/eval-false handled (shown, not run;
+    a picture they keep is shown too); tags for rendering."""
     cells = [nbformat.v4.new_code_cell("from nbdev.showdoc import show_doc", metadata={"tags": ["remove_cell"]})]
     for c in nb.cells:
         c.pop("outputs", None) if c.cell_type != "code" else None
@@ -59,8 +60,12 @@ def prepare(nb):
             if "hide" in d: tags.append("remove_cell")
             if "export" in d or "exporti" in d: tags.append("remove_input" if "export" in d else "remove_cell")
             if d.get("eval") == "false" or "slow" in d or "gpu" in d:      # shown, not run (like nbdev_test's tst_flags)
-                c = nbformat.v4.new_markdown_cell("```python\n" + strip_directives(c.source) + "\n```")
-                cells.append(c); continue
+                cells.append(nbformat.v4.new_markdown_cell("```python\n" + strip_directives(c.source) + "\n```"))
+                pngs = [o["data"]["image/png"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+                if pngs:   # a picture the notebook keeps (made once, too slow for the build): shown as kept
+                    img = '<img alt="a figure the notebook keeps" style="max-width:100%" src="data:image/png;base64,{}">'
+                    cells.append(nbformat.v4.new_markdown_cell("".join(img.format(p.strip()) for p in pngs)))
+                continue
             if "echo" in d and d["echo"] == "false": tags.append("remove_input")
             c.metadata = {"tags": tags}
             c.outputs, c.execution_count = [], None
