@@ -23,10 +23,13 @@ class Envs:
     def __init__(self, policy):
         self.cam = bool(policy.image_keys)
         self.size = tuple(policy.obs_encoder.image_shapes[policy.image_keys[0]][1:]) if self.cam else (48, 64)
-        self.made = collections.defaultdict(list)
+        from dptoolkit.sim import env_state_width
+        self.made, self.width = collections.defaultdict(list), env_state_width(policy)   # a padded env_state's
     def get(self, task, n):
         from dptoolkit.sim import AlohaSim
-        while len(self.made[task]) < n: self.made[task].append(AlohaSim(task, camera=self.cam, size=self.size))
+        while len(self.made[task]) < n:
+            self.made[task].append(sim := AlohaSim(task, camera=self.cam, size=self.size))
+            sim.env_state_width = self.width
         return self.made[task][:n]
 
 def _window(policy, hists, tasks, device) -> dict:

@@ -17,9 +17,9 @@ from .stats import wilson   # the Wilson interval of every success rate (stats c
 # %% auto #0
 __all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'WAYPOINTS', 'SIM_OBS', 'SimError', 'SimUnstable',
            'AlohaSim', 'transfer_waypoints', 'insertion_waypoints', 'expert_episode', 'Demos', 'make_demos',
-           'check_policy', 'rollout_task', 'recorded_task', 'recorded_tasks', 'task_index', 'rollout_episode',
-           'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
-           'rollout_run']
+           'check_policy', 'rollout_task', 'recorded_task', 'recorded_tasks', 'task_index', 'env_state_width',
+           'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint',
+           'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
@@ -112,10 +112,12 @@ class AlohaSim:
         if end_effector: physics.model.eq_solimp[:2] = [0.95, 0.99, 0.001, 0.5, 2]
         self.env = S.control.Environment(physics, Task(), float("inf"), control_timestep=S.constants.DT,
                                          flat_observation=False)
-        self.pose = None
+        self.pose, self.env_state_width = None, None   # a width: env_state zero-padded to it (`env_state_width`)
 
     def _obs(self, ts, render=True):
-        return {**ts.observation, **({"head_camera": self.render(*self.size)} if self.camera and render else {})}
+        o, w = ts.observation, self.env_state_width
+        if w and len(o["env_state"]) < w: o = {**o, "env_state": np.pad(o["env_state"], (0, w - len(o["env_state"])))}
+        return {**o, **({"head_camera": self.render(*self.size)} if self.camera and render else {})}
 
     def reset(self, seed: int) -> dict:
         self.pose = self.S.sample_box_pose(int(seed)) if self.task == "transfer_cube" else \
@@ -401,14 +403,18 @@ def task_index(policy, task_name=None, name: str = "policy"):
 def _obs_batch(policy, hist):
     "The last n_obs_steps observations as the (1, T, ...) batch `predict_action` takes (store key names)."
     import torch
-    out, widths = {}, getattr(getattr(policy, "obs_encoder", None), "low_dim", {})
+    out = {}
     for k in policy.low_dim_keys + policy.image_keys:
         src = "qpos" if k == "state" else k
-        v = np.stack([h[src] for h in hist])[None]
-        if k == "env_state" and widths.get(k, v.shape[-1]) > v.shape[-1]:   # padded (merge pad=; check_policy)
-            v = np.pad(v, ((0, 0), (0, 0), (0, widths[k] - v.shape[-1])))
-        out[k] = torch.from_numpy(v).float() if k in policy.low_dim_keys else torch.from_numpy(v)
+        out[k] = torch.from_numpy(np.stack([h[src] for h in hist])[None]).float() if k in policy.low_dim_keys \
+            else torch.from_numpy(np.stack([h[src] for h in hist])[None])
     return out
+
+def env_state_width(policy) -> int | None:
+    """The width of `env_state` a policy learnt, as its input or its aux target (a merge with `pad=["env_state"]`
+    made it the widest task's); the simulator pads its observations to it (`AlohaSim.env_state_width`). None: none."""
+    enc = getattr(policy, "obs_encoder", None)
+    return (getattr(enc, "low_dim", None) or {}).get("env_state") or (getattr(enc, "aux", None) or {}).get("env_state")
 
 # %% ../nbs/13_sim.ipynb #3d852c40
 def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = EPISODE_STEPS, video: str | None = None,
@@ -432,6 +438,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     cam = kind == "policy" and bool(policy.image_keys)
     size = tuple(policy.obs_encoder.image_shapes[policy.image_keys[0]][1:]) if cam else (48, 64)
     env = AlohaSim(task, camera=cam, size=size)
+    env.env_state_width = env_state_width(policy)
     o = env.reset(seed)
     start = o["qpos"].copy()
     hist = collections.deque([o] * (policy.n_obs_steps if policy is not None else 1),
