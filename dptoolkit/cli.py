@@ -570,7 +570,7 @@ COMMANDS = {
         args=[_a("sources", nargs="+", help="stores to merge, in order"),
               _a("-o", "--output", required=True, help="the merged store to write"),
               _a("--overwrite", action="store_true", help="replace an existing output store"),
-              _a("--keys", help="data keys to keep, e.g. state,action (default: all; they must agree)"),
+              _a("--keys", help="comma-separated data keys to keep, e.g. state,action (default: all; they must agree)"),
               _a("--task-names", help="comma-separated task name per source (default: the store names)"),
               _a("--pad", help="comma-separated vector keys zero-padded to the widest source's (e.g. env_state)"),
               _NO_PROGRESS]),

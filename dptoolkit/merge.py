@@ -34,9 +34,11 @@ class MergeError(ValueError):
     "Sources cannot be merged into the destination; the message names the source, key and values."
 
 # %% ../nbs/01_merge.ipynb #42e59147
+def _listed(names) -> list: return [names] if isinstance(names, str) else list(names or ())
+
 def _check_pad(pad, keys, srcs, infos, label) -> list:
     "The keys to zero-pad, each merged and a vector per step in every source."
-    pad = [pad] if isinstance(pad, str) else list(pad or ())
+    pad = _listed(pad)
     for k in pad:
         if k not in keys: raise MergeError(f"pad: {k} is not one of the keys merged ({', '.join(keys)})")
         for s, i in zip(srcs, infos):
@@ -179,8 +181,7 @@ def merge(sources, dest, *, keys=None, task_names=None, pad=None, overwrite: boo
     """Concatenate replay-buffer `sources` into a new store `dest`, streaming and atomically. Returns its `StoreInfo`.
     `pad`: vector keys zero-padded on the right to the widest source's (attrs `merge.padded`: each source's width)."""
     srcs, infos, keys = check_sources(sources, dest, keys, pad)
-    pad = [pad] if isinstance(pad, str) else list(pad or ())
-    widths = {k: [i.arrays[k].shape[1] for i in infos] for k in pad}
+    widths = {k: [i.arrays[k].shape[1] for i in infos] for k in _listed(pad)}
     dest = Path(dest)
     if dest.exists() and not overwrite:
         raise MergeError(f"{dest}: already exists; pass overwrite=True (--overwrite) to replace it")
