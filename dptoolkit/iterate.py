@@ -4,7 +4,7 @@
 
 # %% ../nbs/14a_iterate.ipynb #21720c0c
 from __future__ import annotations
-import json, os, time
+import json, math, os, time
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +16,8 @@ from .episodes import RLError, Envs, _all_reduce, _join, play_episodes
 from .stats import wilson
 
 # %% auto #0
-__all__ = ['RECORDABLE', 'round_states', 'trace_arrays', 'play_round', 'save_played', 'grow_store', 'check_iterate',
-           'round_config', 'iterate_worker']
+__all__ = ['ARM_JOINTS', 'RECORDABLE', 'round_states', 'smooth_noise', 'trace_arrays', 'play_round', 'save_played', 'grow_store',
+           'check_iterate', 'round_config', 'iterate_worker']
 
 # %% ../nbs/14a_iterate.ipynb #29fc4cb8
 def round_states(rl, r: int, rank: int, world: int) -> list:
@@ -27,6 +27,28 @@ def round_states(rl, r: int, rank: int, world: int) -> list:
     n = int(rl.episodes) // tries
     first = int(rl.seed_start) + (r - 1) * n
     return [(rl.task, s) for s in range(first + rank, first + n, world) for _ in range(tries)]
+
+# %% ../nbs/14a_iterate.ipynb #92e23cbb
+ARM_JOINTS = np.array([j not in (6, 13) for j in range(14)])   # ALOHA's 2 × (6 joints + gripper): the grippers kept
+
+def smooth_noise(sample, sigma: float, generator, rho: float = 0.95):
+    """`sample(obs, active)` (`play_episodes`') with each episode's arm-joint actions plus AR(1) noise of stationary
+    std `sigma` and correlation time 1 / (1 − `rho`) steps, carried from one chunk to the next. Use one per
+    `play_episodes` call: the noise is kept by episode index."""
+    state, c = {}, sigma * math.sqrt(1 - rho ** 2)
+    def noisy(obs, active):
+        chunk = sample(obs, active)
+        B, T, D = chunk.shape
+        eps = torch.randn((B, T, D), generator=generator, device=generator.device).to(chunk.device, torch.float64)
+        arm = torch.as_tensor(ARM_JOINTS[:D], device=chunk.device)
+        x = torch.stack([state.get(i, torch.zeros(D, dtype=torch.float64, device=chunk.device)) for i in active])
+        out = chunk.clone()
+        for j in range(T):
+            x = rho * x + c * eps[:, j]
+            out[:, j] += (x * arm).to(out.dtype)
+        state.update(zip(active, x))
+        return out
+    return noisy
 
 # %% ../nbs/14a_iterate.ipynb #0265a052
 def trace_arrays(episode: dict, keys) -> dict:
@@ -38,12 +60,14 @@ def trace_arrays(episode: dict, keys) -> dict:
     return {k: v if v.dtype == np.uint8 else v.astype(np.float32) for k, v in out.items()}
 
 def play_round(policy, states, rl, envs: Envs, generator, device="cpu") -> list:
-    """Each of `states` played once with the policy's deterministic sampler, `rl.batch` episodes stepped together; the
-    successful episodes keep their trace."""
+    """Each of `states` played once with the policy's deterministic sampler (and `rl.explore`'s noise on the arms),
+    `rl.batch` episodes stepped together; the successful episodes keep their trace."""
     from dptoolkit.protocol import predict
     eps, deployed = [], lambda obs, active: predict(policy, obs, generator)["action"]
+    sigma = float(rl.get("explore") or 0.0)
     for i in range(0, len(states), int(rl.batch)):
-        batch = play_episodes(policy, states[i:i + int(rl.batch)], 1, deployed, envs, int(rl.max_steps), device,
+        sample = smooth_noise(deployed, sigma, generator) if sigma > 0 else deployed
+        batch = play_episodes(policy, states[i:i + int(rl.batch)], 1, sample, envs, int(rl.max_steps), device,
                               trace=True)
         for e in batch:
             if not e["success"]: e.pop("trace", None)

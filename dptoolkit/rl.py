@@ -55,6 +55,7 @@ RL_DEFAULTS = dict(
     batch=32,             # iterate: episodes a rank steps together
     tries=1,              # iterate: episodes per initial state (rl.episodes / rl.tries states a round)
     keep_per_state=None,  # iterate: successes one initial state adds at most (None: all)
+    explore=0.0,          # iterate: smooth noise (radians) on the arm joints played, the executed actions kept
     checkpoint_every=5,   # iterations between checkpoints (and the last)
     keep_checkpoints=3,
     seed=0,
@@ -349,6 +350,11 @@ def _check_settings(rl, nprocs: int):
                       f"{int(rl.episodes) // int(rl.tries)} ranks")
     if not float(rl.noise_level) > 0: raise RLError(f"rl.noise_level={rl.noise_level}: must be > 0")
     if not float(rl.min_std) >= 0: raise RLError(f"rl.min_std={rl.min_std}: must be ≥ 0 (0: the SDE's own std)")
+    if not 0 <= float(rl.explore) < 1: raise RLError(f"rl.explore={rl.explore}: radians of noise, from 0 to below 1 "
+                                                    "(DART's 0.02)")
+    if float(rl.explore) > 0 and rl.method != "iterate":
+        raise RLError(f"rl.explore={rl.explore}: only expert iteration (rl.method=iterate) plays with added noise; "
+                      f"rl.method={rl.method} explores through its sampler (rl.noise_level)")
 
 # %% ../nbs/14_rl.ipynb #7579ea31
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":

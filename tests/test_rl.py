@@ -135,6 +135,8 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
     assert "rl.KEY=VALUE" in r.stderr
     for bad, says in (("rl.min_std=-1", "rl.min_std=-1: must be ≥ 0"), ("rl.weigh=chunk", "expected decision or episode"),
                       ("rl.method=sft", "rl.method='sft': expected ppo, imitate or iterate"),
+                      ("rl.explore=-0.1", "rl.explore=-0.1: radians of noise, from 0 to below 1"),
+                      ("rl.explore=0.02", "rl.explore=0.02: only expert iteration (rl.method=iterate) plays with"),
                       ("training.device=tpu", "training.device=auto|cpu|cuda")):
         with pytest.raises(RLError, match=re.escape(says)): prepare_finetune(run, tmp_path / "o", 2, [bad])
     # the source run trained on the CPU; its fine-tune picks its own device (auto: a GPU where one is visible)
