@@ -46,7 +46,8 @@ def play_episodes(policy, states, group: int, sample, envs: Envs, max_steps: int
                   trace: bool = False) -> list:
     """`group` episodes from each (task, seed) of `states`, stepped together; `sample(obs, active)` gives the chunks
     (B, n_action_steps, action_dim) for the observation windows `obs` of the running episodes `active`. Returns a dict
-    per episode: task, seed, success, steps, max_reward, unstable (and `trace`: [(observation, action), ...])."""
+    per episode: task, seed, success, steps, max_reward, unstable (and `trace`: [(observation, action), ...]). A
+    `sample` may return (executed, recorded) chunks: the episode steps the first and its trace keeps the second."""
     from dptoolkit.sim import SUCCESS_REWARD, SimUnstable
     eps = [dict(task=t, seed=int(s), success=False, steps=0, max_reward=0, unstable=False)
            for t, s in states for _ in range(group)]
@@ -62,14 +63,16 @@ def play_episodes(policy, states, group: int, sample, envs: Envs, max_steps: int
     active = list(range(len(eps)))
     while active:
         obs = _window(policy, [hists[i] for i in active], [tidx[i] for i in active] if tidx else None, device)
-        for i, chunk in zip(active, sample(obs, active).cpu().numpy()):
+        run = sample(obs, active)
+        run, kept = (t.cpu().numpy() for t in run) if isinstance(run, tuple) else (run.cpu().numpy(),) * 2
+        for i, chunk, label in zip(active, run, kept):
             e = eps[i]
             for j, a in enumerate(chunk):   # a camera frame only where a window (or the trace) reads it
                 try: o, r = env[i].step(a, render=trace or len(chunk) - j <= policy.n_obs_steps)
                 except SimUnstable:
                     e["unstable"] = True
                     break
-                if trace: e.setdefault("trace", []).append((hists[i][-1], a))
+                if trace: e.setdefault("trace", []).append((hists[i][-1], label[j]))
                 e["steps"], e["max_reward"] = e["steps"] + 1, max(e["max_reward"], r)
                 hists[i].append(o)
                 if r >= SUCCESS_REWARD or e["steps"] >= max_steps: break

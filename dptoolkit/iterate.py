@@ -31,10 +31,10 @@ def round_states(rl, r: int, rank: int, world: int) -> list:
 # %% ../nbs/14a_iterate.ipynb #92e23cbb
 ARM_JOINTS = np.array([j not in (6, 13) for j in range(14)])   # ALOHA's 2 × (6 joints + gripper): the grippers kept
 
-def smooth_noise(sample, sigma: float, generator, rho: float = 0.95):
+def smooth_noise(sample, sigma: float, generator, rho: float = 0.95, keep: str = "executed"):
     """`sample(obs, active)` (`play_episodes`') with each episode's arm-joint actions plus AR(1) noise of stationary
-    std `sigma` and correlation time 1 / (1 − `rho`) steps, carried from one chunk to the next. Use one per
-    `play_episodes` call: the noise is kept by episode index."""
+    std `sigma` and correlation time 1 / (1 − `rho`) steps, carried from one chunk to the next; `keep="clean"`: also
+    the chunk before the noise, for the trace (DART's label). One per `play_episodes` call: the noise is by index."""
     state, c = {}, sigma * math.sqrt(1 - rho ** 2)
     def noisy(obs, active):
         chunk = sample(obs, active)
@@ -47,7 +47,7 @@ def smooth_noise(sample, sigma: float, generator, rho: float = 0.95):
             x = rho * x + c * eps[:, j]
             out[:, j] += (x * arm).to(out.dtype)
         state.update(zip(active, x))
-        return out
+        return (out, chunk) if keep == "clean" else out
     return noisy
 
 # %% ../nbs/14a_iterate.ipynb #0265a052
@@ -66,7 +66,8 @@ def play_round(policy, states, rl, envs: Envs, generator, device="cpu") -> list:
     eps, deployed = [], lambda obs, active: predict(policy, obs, generator)["action"]
     sigma = float(rl.get("explore") or 0.0)
     for i in range(0, len(states), int(rl.batch)):
-        sample = smooth_noise(deployed, sigma, generator) if sigma > 0 else deployed
+        sample = smooth_noise(deployed, sigma, generator, keep=rl.get("explore_keep", "executed")) if sigma > 0 \
+            else deployed
         batch = play_episodes(policy, states[i:i + int(rl.batch)], 1, sample, envs, int(rl.max_steps), device,
                               trace=True)
         for e in batch:

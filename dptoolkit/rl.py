@@ -55,7 +55,8 @@ RL_DEFAULTS = dict(
     batch=32,             # iterate: episodes a rank steps together
     tries=1,              # iterate: episodes per initial state (rl.episodes / rl.tries states a round)
     keep_per_state=None,  # iterate: successes one initial state adds at most (None: all)
-    explore=0.0,          # iterate: smooth noise (radians) on the arm joints played, the executed actions kept
+    explore=0.0,          # iterate: smooth noise (radians) on the arm joints played
+    explore_keep="executed",  # iterate: the action an explored episode keeps: executed | clean (the policy's, DART)
     checkpoint_every=5,   # iterations between checkpoints (and the last)
     keep_checkpoints=3,
     seed=0,
@@ -355,6 +356,8 @@ def _check_settings(rl, nprocs: int):
     if float(rl.explore) > 0 and rl.method != "iterate":
         raise RLError(f"rl.explore={rl.explore}: only expert iteration (rl.method=iterate) plays with added noise; "
                       f"rl.method={rl.method} explores through its sampler (rl.noise_level)")
+    if rl.explore_keep not in ("executed", "clean"):
+        raise RLError(f"rl.explore_keep={rl.explore_keep!r}: expected executed or clean")
 
 # %% ../nbs/14_rl.ipynb #7579ea31
 def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":

@@ -137,6 +137,7 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
                       ("rl.method=sft", "rl.method='sft': expected ppo, imitate or iterate"),
                       ("rl.explore=-0.1", "rl.explore=-0.1: radians of noise, from 0 to below 1"),
                       ("rl.explore=0.02", "rl.explore=0.02: only expert iteration (rl.method=iterate) plays with"),
+                      ("rl.explore_keep=noisy", "rl.explore_keep='noisy': expected executed or clean"),
                       ("training.device=tpu", "training.device=auto|cpu|cuda")):
         with pytest.raises(RLError, match=re.escape(says)): prepare_finetune(run, tmp_path / "o", 2, [bad])
     # the source run trained on the CPU; its fine-tune picks its own device (auto: a GPU where one is visible)
@@ -157,7 +158,8 @@ ITERATE = ["rl.method=iterate", "rl.episodes=4", "rl.max_steps=18", "rl.bc_steps
 def test_expert_iteration_two_rounds_on_two_ranks_resume_exactly(bc, tmp_path):
     """rl.method=iterate: each round plays its episodes sharded over the ranks, grows the store, trains BC on every rank;
     a run killed after round 2's play resumes without playing again and ends where an unbroken one does."""
-    full = finetune(bc / "bc", out=tmp_path / "it", nprocs=2, progress=False, overrides=ITERATE + ["rl.iterations=2"])
+    full = finetune(bc / "bc", out=tmp_path / "it", nprocs=2, progress=False,
+                    overrides=ITERATE + ["rl.iterations=2", "rl.explore=0.02"])   # played with noise on the arms
     assert full.metrics["iterations"] == 2 and full.metrics["episodes"] == 8
     log = rl_log(tmp_path / "it")
     assert log["step"].tolist() == [1, 2] and log["iteration_episodes"].tolist() == [4, 4]
