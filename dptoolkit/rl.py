@@ -78,9 +78,23 @@ def rl_config(cfg, overrides=()) -> "DictConfig":
                           "training.device=auto|cpu|cuda")
         if key[3:] not in RL_DEFAULTS:
             raise RLError(f"{key}: no such setting (rl.* has {', '.join(RL_DEFAULTS)})")
-        rl[key[3:]] = OmegaConf.from_dotlist([f"v={val}"]).v   # typed as YAML reads it: 4, 3e-5, null, sde
+        rl[key[3:]] = _typed(key[3:], val)   # as YAML reads it (4, 3e-5, null, sde), of the default's type
     cfg.rl = rl
     return cfg
+
+# %% ../nbs/14_rl.ipynb #463044fa
+_INT_OR_NULL = ("bc_steps", "keep_per_state", "inference_steps")   # None: the source run's, or no limit
+
+def _typed(key: str, val: str):
+    "An override's value as YAML reads it; `RLError` when `rl.key`'s default says it takes a number or an integer."
+    v, d = OmegaConf.from_dotlist([f"v={val}"]).v, RL_DEFAULTS[key]
+    num = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if v is None and (d is None or key == "dual_clip"): return v
+    if key in _INT_OR_NULL or (isinstance(d, int) and not isinstance(d, bool)):
+        if not (num and float(v).is_integer()): raise RLError(f"rl.{key}={val}: expected an integer (default {d})")
+        return int(v)
+    if isinstance(d, float) and not num: raise RLError(f"rl.{key}={val}: expected a number (default {d})")
+    return v
 
 # %% ../nbs/14_rl.ipynb #1365a399
 def shard_states(tasks, pool: int, seed_start: int, rank: int, world: int) -> list:
