@@ -256,16 +256,30 @@ if _in_forkserver_preload():
 
 
 # %% ../nbs/06_launch.ipynb #e55a06b3
+def _stop_zarr_io(wait: float = 10.0) -> bool:
+    """Stop zarr's IO thread and executor; zarr starts fresh ones when it next reads. Not zarr's own
+    `cleanup_resources`: it waits 0.2 s for the thread and, on a loaded machine, leaves a stopped loop that is not
+    closed, on which zarr's next read waits for ever. Here the thread gets `wait` s, and zarr's globals are reset
+    whatever happened (the old thread, a daemon, ends on its own). True when the thread has ended."""
+    z = sys.modules.get("zarr.core.sync")
+    if z is None or z.loop[0] is None: return True
+    with z._get_lock():
+        loop, thread, pool = z.loop[0], z.iothread[0], z._executor
+        z.loop[0], z.iothread[0], z._executor = None, None, None
+    if pool is not None: pool.shutdown(wait=True, cancel_futures=True)
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is not None: thread.join(wait)
+    ended = thread is None or not thread.is_alive()
+    if ended: loop.close()
+    return ended
+
 def _only_main_thread(wait: float = 1.0) -> bool:
     """True when no Python thread but the main one runs, after zarr's IO thread and executor (the only ones a command
     has started when it comes to launch) are stopped: zarr starts them again when it next reads."""
     zarrs = ("zarr_io", "zarr_pool", "asyncio_")
     if any(not t.name.startswith(zarrs) for t in threading.enumerate() if t is not threading.main_thread()):
         return False                                          # a kernel's, a tracker's, the caller's own
-    z = sys.modules.get("zarr.core.sync")
-    if z is not None and z.loop[0] is not None:
-        try: z.cleanup_resources()
-        except Exception: return False
+    if not _stop_zarr_io(): return False
     end = time.monotonic() + wait
     while threading.active_count() > 1 and time.monotonic() < end: time.sleep(0.01)   # asyncio's pool winding down
     return threading.active_count() == 1
