@@ -13,10 +13,11 @@ from omegaconf import OmegaConf
 
 from .checkpoint import latest_checkpoint, load_checkpoint, lock_run, trim_log, write_checkpoint
 from .episodes import RLError, Envs, _all_reduce, _join, play_episodes
+from .sim import ARM_JOINTS, DART_RHO
 from .stats import wilson
 
 # %% auto #0
-__all__ = ['ARM_JOINTS', 'RECORDABLE', 'round_states', 'smooth_noise', 'trace_arrays', 'play_round', 'save_played', 'grow_store',
+__all__ = ['RECORDABLE', 'round_states', 'smooth_noise', 'trace_arrays', 'play_round', 'save_played', 'grow_store',
            'check_iterate', 'round_config', 'iterate_worker']
 
 # %% ../nbs/14a_iterate.ipynb #29fc4cb8
@@ -29,12 +30,11 @@ def round_states(rl, r: int, rank: int, world: int) -> list:
     return [(rl.task, s) for s in range(first + rank, first + n, world) for _ in range(tries)]
 
 # %% ../nbs/14a_iterate.ipynb #92e23cbb
-ARM_JOINTS = np.array([j not in (6, 13) for j in range(14)])   # ALOHA's 2 × (6 joints + gripper): the grippers kept
-
-def smooth_noise(sample, sigma: float, generator, rho: float = 0.95, keep: str = "executed"):
+def smooth_noise(sample, sigma: float, generator, rho: float = DART_RHO, keep: str = "executed"):
     """`sample(obs, active)` (`play_episodes`') with each episode's arm-joint actions plus AR(1) noise of stationary
-    std `sigma` and correlation time 1 / (1 − `rho`) steps, carried from one chunk to the next; `keep="clean"`: also
-    the chunk before the noise, for the trace (DART's label). One per `play_episodes` call: the noise is by index."""
+    std `sigma` and correlation time 1 / (1 − `rho`) steps, carried from one chunk to the next (`dpt sim-data
+    --noise`'s noise: the sim chapter's `ARM_JOINTS`, `DART_RHO`); `keep="clean"`: also the chunk before the noise,
+    for the trace (DART's label). One per `play_episodes` call: the noise is by index."""
     state, c = {}, sigma * math.sqrt(1 - rho ** 2)
     def noisy(obs, active):
         chunk = sample(obs, active)

@@ -15,11 +15,11 @@ from fastcore.basics import patch
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
-__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'WAYPOINTS', 'SIM_OBS', 'SimError', 'SimUnstable',
-           'AlohaSim', 'transfer_waypoints', 'insertion_waypoints', 'expert_episode', 'Demos', 'make_demos',
-           'check_policy', 'rollout_task', 'recorded_task', 'recorded_tasks', 'task_index', 'env_state_width',
-           'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout', 'snapshot', 'rollout_checkpoint',
-           'watch_rollouts', 'rollout_run']
+__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'WAYPOINTS', 'ARM_JOINTS', 'DART_RHO', 'SIM_OBS',
+           'SimError', 'SimUnstable', 'AlohaSim', 'transfer_waypoints', 'insertion_waypoints', 'expert_episode',
+           'Demos', 'make_demos', 'check_policy', 'rollout_task', 'recorded_task', 'recorded_tasks', 'task_index',
+           'env_state_width', 'rollout_episode', 'RolloutResult', 'rollout_table', 'rollout', 'snapshot',
+           'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 TASKS = ("transfer_cube", "insertion")
@@ -201,6 +201,9 @@ def _interp(wps, t):
     return np.concatenate([x1, q1, [g1]])
 
 # %% ../nbs/13_sim.ipynb #a8a31481
+ARM_JOINTS = np.array([j not in (6, 13) for j in range(14)])   # ALOHA's 2 × (6 joints + gripper)
+DART_RHO = 0.95              # the smooth noise's AR(1) coefficient: a correlation time of 1 / (1 − ρ) = 20 steps
+
 def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, size=(48, 64),
                    steps: int = EPISODE_STEPS, noise: float = 0.0) -> dict:
     """One demonstration: the script drives the end-effector (mocap) version of the task and its joint positions are
@@ -223,15 +226,13 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
     o = env.reset(seed)
     out = {k: [] for k in ("state", "action", "env_state") + (("head_camera",) if camera else ())}
     rewards, rng, n = [], np.random.default_rng([int(seed), 17]), np.zeros(14)
-    arm = np.ones(14, bool)
-    arm[[6, 13]] = False                                   # grippers: never perturbed
     for q in targets:
         out["state"].append(o["qpos"])
         out["action"].append(q)
         out["env_state"].append(o["env_state"])
         if camera: out["head_camera"].append(o["head_camera"])
-        n = 0.95 * n + noise * np.sqrt(1 - 0.95 ** 2) * rng.standard_normal(14)   # AR(1): stationary std `noise`
-        try: o, r = env.step(np.where(arm, q + n, q) if noise else q)
+        n = DART_RHO * n + noise * np.sqrt(1 - DART_RHO ** 2) * rng.standard_normal(14)   # AR(1): stationary std
+        try: o, r = env.step(np.where(ARM_JOINTS, q + n, q) if noise else q)
         except SimUnstable: break   # a failed episode, as a dropped cube is
         rewards.append(r)
     arrays = {k: np.asarray(v, dtype=np.uint8 if k == "head_camera" else np.float32) for k, v in out.items()}
