@@ -13,7 +13,8 @@ kept a success of: does a policy solve the states it was trained on? Every polic
 seeds 1000–1049 with the deterministic sampler it deploys, split by where the cube starts: the table's far rows and
 left edge (`EDGE`) against the rest (95 % Wilson; pooled over runs of one name).
 Usage: python bench/rl_plateau.py --out DIR [--curve 16,32] [--seeds 0,1] [--runs bc0=RUN,...]
-       [--longer r1-3k=STORE:3000:0,...] [--relabel ROUND_STORE [--fit name=RUN,...]] [--json F]
+       [--longer r1-3k=STORE:3000:0,...] [--bc-extra KEY=VALUE]
+       [--relabel ROUND_STORE [--fit name=RUN,...]] [--json F]
 """
 import argparse, json, time
 from pathlib import Path
@@ -43,11 +44,11 @@ def judge(run, seeds=HELD) -> list:
     return [bool(x) for x in success_on(pol, seeds)]
 
 
-def bc(store, run, steps, seed):
+def bc(store, run, steps, seed, extra=()):
     from dptoolkit.config import for_store
     from dptoolkit.train import train
     if not (Path(run) / "result.json").exists():
-        train(for_store(store, name="test", overrides=BC + [f"training.max_steps={steps}",
+        train(for_store(store, name="test", overrides=BC + list(extra) + [f"training.max_steps={steps}",
               f"training.checkpoint_every={steps}", f"training.seed={seed}"]), nprocs=1, run_dir=run, progress=False)
     return run
 
@@ -102,6 +103,7 @@ def main():
     ap.add_argument("--seeds", default="0,1"); ap.add_argument("--runs", default="")
     ap.add_argument("--longer", default=""); ap.add_argument("--relabel", type=Path)
     ap.add_argument("--fit", default=""); ap.add_argument("--json", type=Path)
+    ap.add_argument("--bc-extra", action="append", default=[], help="a config override for --longer's BC runs")
     a = ap.parse_args()
     from dptoolkit.sim import make_demos
     a.out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +136,7 @@ def main():
         store, steps, *seed = rest.split(":")
         t = time.perf_counter()
         seed = int(seed[0]) if seed else 0
-        run = bc(store, a.out / f"longer-{name}-s{seed}", int(steps), seed)
+        run = bc(store, a.out / f"longer-{name}-s{seed}", int(steps), seed, a.bc_extra)
         log(f"{name}: BC {steps} steps on {store}: {time.perf_counter() - t:.0f} s")
         add(name, str(run))
     if a.relabel:
