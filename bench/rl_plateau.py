@@ -23,17 +23,14 @@ import numpy as np
 
 HELD = list(range(1000, 1050))
 EDGE = dict(y_min=0.565, x_max=0.03)     # cube start y ≥ 0.565 (far from the arms) or x ≤ 0.03 (the left edge)
-BC = ["task.dataset.obs_keys=[state,env_state]", "policy.objective=flow", "policy.prediction_type=sample",
-      "policy.down_dims=[64,128,256]", "policy.n_groups=8", "policy.diffusion_step_embed_dim=64",
-      "policy.num_inference_steps=10", "dataloader.batch_size=64", "optimizer.lr=1e-3", "task.dataset.val_ratio=0",
-      "training.lr_warmup_steps=50", "training.log_every=100"]          # bench/rl.py's BC recipe
+from rl import BC                         # bench/rl.py's BC recipe, the one the RL runs start from
 
 
-def edge_seeds() -> set:
-    "The held-out seeds whose cube starts at the table's far rows or its left edge."
+def at_edge(seeds) -> set:
+    "Those of `seeds` whose cube starts at the table's far rows or its left edge."
     from dptoolkit.sim import AlohaSim
     env = AlohaSim("transfer_cube")
-    pos = {s: env.reset(s)["env_state"][:2] for s in HELD}
+    pos = {s: env.reset(s)["env_state"][:2] for s in seeds}
     return {s for s, (x, y) in pos.items() if y >= EDGE["y_min"] or x <= EDGE["x_max"]}
 
 
@@ -59,26 +56,25 @@ def relabelled(src, out) -> dict:
     from functools import partial
     from dptoolkit import sim
     from dptoolkit.store import open_store, write_store
+    names = ("edge-only", "edge-3x", "fast-half", "expert-labels", "expert-labels-no-dart")
+    paths = {n: out / f"relabel-{n}.zarr" for n in names}
+    if all(p.exists() for p in paths.values()): return paths          # a rerun: made already
     g = open_store(src)
     attrs, added = dict(g.attrs), dict(g.attrs)["iterate"]["seeds"]
     ends = g["meta/episode_ends"][:]
     starts, nb = np.r_[0, ends[:-1]], len(ends) - len(added)
     eps = [{k: g[f"data/{k}"][a:b] for k in g["data"].keys()} for a, b in zip(starts, ends)]
-    env = sim.AlohaSim("transfer_cube")
-    xy = {s: env.reset(s)["env_state"][:2] for s in set(added)}
-    at_edge = {s: bool(y >= EDGE["y_min"] or x <= EDGE["x_max"]) for s, (x, y) in xy.items()}
+    edge = at_edge(set(added))
     med = np.median(ends[nb:] - starts[nb:])
-    picks = {"edge-only": [i for i, s in enumerate(added) if at_edge[s]],
-             "edge-3x": [j for i, s in enumerate(added) for j in [i] * (3 if at_edge[s] else 1)],
+    picks = {"edge-only": [i for i, s in enumerate(added) if s in edge],
+             "edge-3x": [j for i, s in enumerate(added) for j in [i] * (3 if s in edge else 1)],
              "fast-half": [i for i in range(len(added)) if ends[nb + i] - starts[nb + i] <= med]}
     chosen = {name: eps[:nb] + [eps[nb + i] for i in idx] for name, idx in picks.items()}
     with ProcessPoolExecutor(2) as ex:
         for name, noise in (("expert-labels", 0.02), ("expert-labels-no-dart", 0.0)):
             runs = ex.map(partial(sim.expert_episode, "transfer_cube", noise=noise), sorted(set(added)))
             chosen[name] = eps[:nb] + [{k: e["arrays"][k] for k in eps[0]} for e in runs if e["success"]]
-    paths = {}
     for name, episodes in chosen.items():
-        paths[name] = out / f"relabel-{name}.zarr"
         if not paths[name].exists():
             write_store(paths[name], {k: np.concatenate([e[k] for e in episodes]) for k in eps[0]},
                         np.cumsum([len(e["action"]) for e in episodes]), attrs={"sim": attrs["sim"]})
@@ -108,7 +104,7 @@ def main():
     from dptoolkit.sim import make_demos
     a.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True)
-    edge = edge_seeds()
+    edge = at_edge(HELD)
     res = dict(edge=sorted(edge), runs={})
     jf = a.json or a.out / "plateau.json"
     if jf.exists(): res["runs"] = json.loads(jf.read_text())["runs"]      # a rerun judges only what is new
@@ -139,21 +135,18 @@ def main():
         run = bc(store, a.out / f"longer-{name}-s{seed}", int(steps), seed, a.bc_extra)
         log(f"{name}: BC {steps} steps on {store}: {time.perf_counter() - t:.0f} s")
         add(name, str(run))
-    if a.relabel:
-        for name, store in relabelled(a.relabel, a.out).items():
-            t = time.perf_counter()
-            run = bc(store, a.out / f"relabel-{name}-s0", 1000, 0)
-            log(f"{name}: BC 1000 steps on {store}: {time.perf_counter() - t:.0f} s")
-            add(name, str(run))
+    stores = relabelled(a.relabel, a.out) if a.relabel else {}
+    for name, store in stores.items():
+        t = time.perf_counter()
+        run = bc(store, a.out / f"relabel-{name}-s0", 1000, 0)
+        log(f"{name}: BC 1000 steps on {store}: {time.perf_counter() - t:.0f} s")
+        add(name, str(run))
     if a.relabel and a.fit:
-        from dptoolkit.sim import AlohaSim
         from dptoolkit.store import open_store
         states = sorted(set(dict(open_store(a.relabel).attrs)["iterate"]["seeds"]))
-        env = AlohaSim("transfer_cube")
-        xy = {s: env.reset(s)["env_state"][:2] for s in states}
-        at = [s for s, (x, y) in xy.items() if y >= EDGE["y_min"] or x <= EDGE["x_max"]]
+        at = at_edge(states)
         runs = [spec.split("=", 1) for spec in a.fit.split(",")] + [(n, str(a.out / f"relabel-{n}-s0"))
-                                                                    for n in relabelled(a.relabel, a.out)]
+                                                                    for n in stores]
         res["fit"] = {}
         print(f"the round's states with a kept success: {len(states)}, {len(at)} at the edge")
         for name, run in runs:
