@@ -26,7 +26,11 @@ def judge(run, seeds, noise_level):
     pol, _ = load_policy(run)
     det = success_on(pol, seeds)
     noisy = success_on(pol, seeds, noise=Noise("sde", noise_level, None, pol.num_inference_steps))
-    return dict(deterministic=[bool(x) for x in det], noisy=[bool(x) for x in noisy])
+    out = dict(deterministic=[bool(x) for x in det], noisy=[bool(x) for x in noisy])
+    if hasattr(pol, "steer_deploy"):   # a steered run (rl.noise=latent): also started from μ(obs) alone
+        pol.steer_deploy = "mean"
+        out["mean"] = [bool(x) for x in success_on(pol, seeds)]
+    return out
 
 
 def pooled(rows, key):
@@ -93,8 +97,10 @@ def main():
                 f"{sum(after['deterministic'])}/{a.episodes}, noisy {sum(after['noisy'])}/{a.episodes}")
             if a.json: a.json.write_text(json.dumps(res, indent=1))
     rows = res["runs"]
-    for k in ("deterministic", "noisy"):
-        print(f"{k}: before {pooled([r['before'] for r in rows], k)} → after {pooled([r['after'] for r in rows], k)}")
+    for k in ("deterministic", "noisy", "mean"):
+        if not all(k in r["after"] for r in rows): continue
+        before = [{k: r["before"].get(k, r["before"]["deterministic"])} for r in rows]   # BC has no "mean"
+        print(f"{k}: before {pooled(before, k)} → after {pooled([r['after'] for r in rows], k)}")
     if a.control and rows:
         extra = max(r["episodes"] for r in rows)
         cd = out / f"demos{a.demos + extra}.zarr"

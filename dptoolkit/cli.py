@@ -802,13 +802,15 @@ COMMANDS.update({
     "finetune": dict(fn=cmd_finetune, help="RL post-training: a run's policy improved on its own rollouts (RIPT)",
         description="Play RUN's policy in the simulator on N ranks (each rank its own initial states, rl.group "
                     "rollouts each), reward success, and update it by leave-one-out PPO; writes a run folder that dpt "
-                    "rollout / eval / report read. rl.method=iterate instead: expert iteration (each round the "
+                    "rollout / eval / report read. rl.noise=latent: the policy frozen, a head steers where each "
+                    "chunk's sampler starts (DSRL). rl.method=iterate instead: expert iteration (each round the "
                     "policy plays rl.episodes, its successes join the demonstrations, BC trains again on every rank). "
                     "Again on the same --out: continues from its last checkpoint. "
                     "Under torchrun: torchrun --nproc-per-node 2 -m dptoolkit.cli finetune RUN --out DIR.",
         examples=["dpt finetune runs/bc rl.iterations=20 rl.states=4 --out runs/bc-rl --nprocs 2",
                   "dpt finetune runs/bc rl.method=iterate rl.iterations=2 rl.episodes=640 --out runs/bc-it",
                   "dpt finetune runs/bc rl.noise=learned rl.lr=3e-5 --out runs/bc-rl",
+                  "dpt finetune runs/bc rl.noise=latent rl.iterations=30 --out runs/bc-steer",
                   "dpt finetune runs/bc rl.weigh=episode training.device=cuda --out runs/bc-rl --nprocs 1"],
         args=[_a("run", help="the run folder to start from (its latest checkpoint's EMA policy)"),
               _a("--out", required=True, help="the fine-tuned run's folder"),

@@ -418,12 +418,17 @@ def from_config(cls: DiffusionPolicy, cfg, normalizer=None):
 
 # %% ../nbs/04_policy.ipynb #dedd600a
 @patch
+def initial_noise(self: DiffusionPolicy, cond, generator=None) -> torch.Tensor:
+    "Where sampling starts: ε ~ N(0, I), (B, horizon, D) for the conditions `cond` (the steer chapter shifts it)."
+    return torch.randn((cond.shape[0], self.horizon, self.action_dim), device=cond.device, generator=generator)
+
+@patch
 @torch.no_grad()
 def predict_action(self: DiffusionPolicy, obs: dict, generator=None, num_inference_steps=None) -> dict:
     "Sample actions: {'action_pred': (B, horizon, D), 'action': the n_action_steps to execute}."
     cond = self.encode_obs(obs)
-    B, steps = cond.shape[0], num_inference_steps or self.num_inference_steps
-    x = torch.randn((B, self.horizon, self.action_dim), device=cond.device, generator=generator)
+    steps = num_inference_steps or self.num_inference_steps
+    x = self.initial_noise(cond, generator)
     x = self.objective.sample(lambda x, t: self.model(x, t, cond), x, steps, generator)   # objective chapter
     x = self.to_action(x, obs)
     start = self.n_obs_steps - 1

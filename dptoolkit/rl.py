@@ -39,13 +39,16 @@ RL_DEFAULTS = dict(
     clip=0.2,             # PPO's ratio clip
     dual_clip=3.0,        # a negative advantage's ratio counts at most this much (dual-clip PPO)
     target_kl=0.02,       # an iteration's epochs stop once a minibatch's approximate KL passes 1.5 × this (0: never)
-    lr=1.0e-5,
+    lr=None,              # None: 1e-5 (sde, learned: the whole chain moves), 1e-3 (latent: a fresh head)
     weight_decay=0.0,
     max_grad_norm=1.0,
     weigh="decision",     # decision: every chunk counts once | episode: each episode once, whatever its length
     method="ppo",         # ppo (RIPT's LOOP) | imitate (the training loss on the successful episodes' chunks)
                           # | iterate (expert iteration: successes join the demonstrations, BC again; iterate chapter)
     noise="sde",          # sde (flow-SDE: the ODE's marginals) | learned (flow-noise: a learned std per step)
+                          # | latent (DSRL: a head steers the initial noise, the policy frozen; steer chapter)
+    latent_std=1.0,       # latent: σ of the steered start x₁ ~ N(μ(obs), σ²I) (1: the prior the policy learnt from)
+    latent_hidden=256,    # latent: the steering head's width
     noise_level=0.2,      # sde: a in σ_t = a·√(t/(1 − t)) (πRL's 0.5 leaves transfer-cube no success); learned: std
     min_std=0.0,          # a floor on every Euler step's std, sampling and likelihood alike (DPPO clips at 0.1)
     inference_steps=None, # Euler steps per chunk (None: the policy's num_inference_steps)
@@ -84,12 +87,14 @@ def rl_config(cfg, overrides=()) -> "DictConfig":
 
 # %% ../nbs/14_rl.ipynb #463044fa
 _INT_OR_NULL = ("bc_steps", "keep_per_state", "inference_steps")   # None: the source run's, or no limit
+_NUM_OR_NULL = ("dual_clip", "lr")   # None: off (dual_clip), the noise's own (lr)
 
 def _typed(key: str, val: str):
     "An override's value as YAML reads it; `RLError` when `rl.key`'s default says it takes a number or an integer."
     v, d = OmegaConf.from_dotlist([f"v={val}"]).v, RL_DEFAULTS[key]
     num = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if v is None and (d is None or key == "dual_clip"): return v
+    if v is None and (d is None or key in _NUM_OR_NULL): return v
+    if key in _NUM_OR_NULL and not num: raise RLError(f"rl.{key}={val}: expected a number or null (default {d})")
     if key in _INT_OR_NULL or (isinstance(d, int) and not isinstance(d, bool)):
         if not (num and float(v).is_integer()): raise RLError(f"rl.{key}={val}: expected an integer (default {d})")
         return int(v)
@@ -352,7 +357,14 @@ def _check_settings(rl, nprocs: int):
     if nprocs > int(rl.pool):
         raise RLError(f"{nprocs} ranks but rl.pool={rl.pool} initial states: each rank needs states of its own; "
                       f"raise rl.pool or use at most {rl.pool} ranks")
-    if rl.noise not in ("sde", "learned"): raise RLError(f"rl.noise={rl.noise!r}: expected sde or learned")
+    if rl.noise not in ("sde", "learned", "latent"):
+        raise RLError(f"rl.noise={rl.noise!r}: expected sde, learned or latent")
+    if rl.noise == "latent" and rl.method != "ppo":
+        raise RLError(f"rl.noise=latent trains a head over the initial noise by PPO; rl.method={rl.method} does not "
+                      "use it (drop one of the two)")
+    if not float(rl.latent_std) > 0: raise RLError(f"rl.latent_std={rl.latent_std}: must be > 0 (1: the prior's)")
+    if int(rl.latent_hidden) < 1: raise RLError(f"rl.latent_hidden={rl.latent_hidden}: must be at least 1")
+    if rl.lr is not None and not float(rl.lr) >= 0: raise RLError(f"rl.lr={rl.lr}: must be ≥ 0")
     if rl.weigh not in ("decision", "episode"): raise RLError(f"rl.weigh={rl.weigh!r}: expected decision or episode")
     if rl.method not in ("ppo", "imitate", "iterate"):
         raise RLError(f"rl.method={rl.method!r}: expected ppo, imitate or iterate")
@@ -397,7 +409,13 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     cfg.rl.task = cfg.rl.task or _sim_task(cfg, run)
     if cfg.rl.task not in TASKS: raise RLError(f"rl.task={cfg.rl.task}: the simulator has {', '.join(TASKS)}")
     policy, _ = load_policy(run if old is None else Path(old.source.run), checkpoint=ckpt)
-    if cfg.rl.method != "iterate": check_rl_policy(policy, run.name)   # expert iteration needs no likelihood
+    if cfg.rl.lr is None: cfg.rl.lr = 1e-3 if cfg.rl.noise == "latent" else 1e-5
+    if cfg.rl.noise == "latent":   # the steered twin: the policy frozen, a head over its initial noise (steer chapter)
+        from dptoolkit.policy import PolicyError
+        from dptoolkit.steer import steered_config
+        try: cfg = steered_config(cfg, cfg.rl.latent_hidden, cfg.rl.latent_std)
+        except PolicyError as e: raise RLError(f"{run.name}: {e}") from None
+    elif cfg.rl.method != "iterate": check_rl_policy(policy, run.name)   # expert iteration needs no likelihood
     check_policy(policy, cfg.rl.task, run.name)
     if cfg.rl.method == "iterate":
         from dptoolkit.iterate import check_iterate
@@ -425,6 +443,9 @@ def _rl_setup(cfg) -> _RL:
     resume = (out / "checkpoints" / "latest").exists()
     ck = load_checkpoint(latest_checkpoint(out) if resume else Path(cfg.source.checkpoint))
     sd = ck["model"] if resume or ck["ema"] is None else ck["ema"]   # the deployed (EMA) weights to start from
+    if rl.noise == "latent" and not resume:   # the source's weights and a fresh head, μ = 0 (steer chapter)
+        from dptoolkit.steer import steer_weights
+        sd = steer_weights(cfg, sd, int(rl.seed))
     policy = policy_from_weights(cfg, sd, cfg.source.checkpoint).to(device).eval()   # eval: no dropout, centre crops
     steps = int(rl.inference_steps or getattr(policy, "num_inference_steps", 10))
     learned = LearnedNoise(steps, policy.action_dim, float(rl.noise_level)) if rl.noise == "learned" else None

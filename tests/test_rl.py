@@ -124,6 +124,8 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
     (ddpm / "config.yaml").write_text((run / "config.yaml").read_text().replace("objective: flow", "objective: ddpm"))
     with pytest.raises(RLError, match="cannot return the log-likelihood of the chunk it samples .objective ddpm"):
         prepare_finetune(ddpm, tmp_path / "o", 2)
+    steered = prepare_finetune(ddpm, tmp_path / "o", 2, ["rl.noise=latent"])   # steering needs no chain likelihood
+    assert steered.policy._target_ == "dptoolkit.steer.SteeredPolicy" and steered.rl.lr == 1e-3
     lock_run(run)                  # a run being trained
     try:
         with pytest.raises(RLError, match="is being trained now"): prepare_finetune(run, tmp_path / "o", 2)
@@ -138,13 +140,38 @@ def test_bad_input_is_refused_in_one_line_before_any_rank(bc, merged, tmp_path):
                       ("rl.explore=-0.1", "rl.explore=-0.1: radians of noise, from 0 to below 1"),
                       ("rl.explore=0.02", "rl.explore=0.02: only expert iteration (rl.method=iterate) plays with"),
                       ("rl.explore_keep=noisy", "rl.explore_keep='noisy': expected executed or clean"),
-                      ("training.device=tpu", "training.device=auto|cpu|cuda")):
+                      ("training.device=tpu", "training.device=auto|cpu|cuda"),
+                      ("rl.noise=gauss", "rl.noise='gauss': expected sde, learned or latent"),
+                      ("rl.latent_std=0", "rl.latent_std=0: must be > 0"),
+                      ("rl.lr=-1", "rl.lr=-1: must be ≥ 0")):
         with pytest.raises(RLError, match=re.escape(says)): prepare_finetune(run, tmp_path / "o", 2, [bad])
     # the source run trained on the CPU; its fine-tune picks its own device (auto: a GPU where one is visible)
     assert yaml_device(run) == "cpu"
     assert prepare_finetune(run, tmp_path / "o", 2).training.device == "auto"
     assert prepare_finetune(run, tmp_path / "o", 2, ["training.device=cpu"]).training.device == "cpu"
     assert not (tmp_path / "o").exists()
+
+
+def test_latent_steering_trains_the_head_alone_and_resumes_bit_exactly(bc):
+    """rl.noise=latent (steer chapter): the run is a SteeredPolicy whose policy weights are the source's EMA, bit for
+    bit, after every iteration; 1 + 1 iterations end where 2 do; dpt rollout plays the steered run."""
+    from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
+    from dptoolkit.evaluate import load_policy
+    lat = TINY + ["rl.noise=latent", "rl.latent_hidden=16", "rl.seed=3"]
+    finetune(bc / "bc", out=bc / "lat-full", nprocs=2, progress=False, overrides=lat + ["rl.iterations=2"])
+    finetune(bc / "bc", out=bc / "lat-half", nprocs=2, progress=False, overrides=lat + ["rl.iterations=1"])
+    finetune(bc / "bc", out=bc / "lat-half", nprocs=2, progress=False, overrides=["rl.iterations=2"])
+    a, b = (rl_log(bc / r).drop(columns=list(VOLATILE)).to_dict("records") for r in ("lat-full", "lat-half"))
+    assert a == b and [r["episodes"] for r in a] == [4, 8]
+    wa, wb = (load_file(bc / r / "checkpoints" / "step_000002" / "model.safetensors") for r in ("lat-full", "lat-half"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    src = load_checkpoint(latest_checkpoint(bc / "bc"))["ema"]
+    assert {k for k in wa if k not in src} == {f"steer.{i}.{w}" for i in (0, 2, 4) for w in ("weight", "bias")}
+    assert all(torch.equal(wa[k], src[k]) for k in src)                 # the policy itself never moved
+    pol, _ = load_policy(bc / "lat-full")
+    assert type(pol).__name__ == "SteeredPolicy" and pol.steer[0].in_features > 0 and pol.steer[2].out_features == 16
+    r = dpt("rollout", bc / "lat-full", "--episodes", 1, "--workers", 1, "--max-steps", 6, "--json", check=0)
+    assert json.loads(r.stdout)[0]["episodes"] == 1
 
 
 def yaml_device(run) -> str:

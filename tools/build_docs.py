@@ -266,7 +266,7 @@ def finish_site(out_dir, pages):
         head = re.sub(r"<style[^>]*>.*?</style>\s*", "", head, flags=re.S)
         head += f'<link rel="stylesheet" href="assets/site-{key}.css"><link rel="icon" href="data:,">'
         text = head + "</head>" + rest
-        text = re.sub(r'href="(?:nbs/)?(\d\d_[\w-]+)\.ipynb"', r'href="\1.html"', text)       # chapter links
+        text = re.sub(r'href="(?:nbs/)?(\d\d[a-z]?_[\w-]+)\.ipynb"', r'href="\1.html"', text)       # chapter links
         text = text.replace(f"<title>{stem}</title>", f"<title>dptoolkit · {html.escape(title)}</title>")
         # an offline site: no CDN scripts (require.js, MathJax, widget manager)
         text = re.sub(r'<script[^>]+src="https?://[^"]*"[^>]*>\s*</script>', "", text)
