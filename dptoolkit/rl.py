@@ -413,7 +413,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     if cfg.rl.noise == "latent":   # the steered twin: the policy frozen, a head over its initial noise (steer chapter)
         from dptoolkit.policy import PolicyError
         from dptoolkit.steer import steered_config
-        try: cfg = steered_config(cfg, cfg.rl.latent_hidden, cfg.rl.latent_std)
+        try: cfg = steered_config(cfg, hidden=int(cfg.rl.latent_hidden), std=float(cfg.rl.latent_std))
         except PolicyError as e: raise RLError(f"{run.name}: {e}") from None
     elif cfg.rl.method != "iterate": check_rl_policy(policy, run.name)   # expert iteration needs no likelihood
     check_policy(policy, cfg.rl.task, run.name)

@@ -34,8 +34,10 @@ class SteeredPolicy(DiffusionPolicy):
         p.set_steer(**dict(OmegaConf.select(cfg, "policy.steer", default=None) or {}))
         return p
 
-    def set_steer(self, hidden: int = 256, std: float = 1.0, deploy: str = "sample"):
+    def set_steer(self, **steer):
         "A fresh head (last layer zero: μ = 0, the policy samples as it did), its σ and what `predict_action` deploys."
+        s = {**STEER_DEFAULTS, **steer}
+        hidden, std, deploy = s["hidden"], s["std"], s["deploy"]
         if deploy not in ("sample", "mean"):
             raise PolicyError(f"policy.steer.deploy={deploy!r}: expected sample (μ + σ·ε, as RL played) or mean (μ)")
         if not float(std) > 0: raise PolicyError(f"policy.steer.std={std}: must be > 0 (1: the prior's)")
@@ -80,15 +82,16 @@ def chunk_log_prob(self: SteeredPolicy, obs: dict, path, noise=None) -> torch.Te
     return Objective.log_prob(x1, self.steer_mean(cond), torch.full_like(x1, self.steer_std))[:, None]
 
 # %% ../nbs/14b_steer.ipynb #8319f2a3
-def steered_config(cfg, hidden: int = 256, std: float = 1.0, deploy: str = "sample") -> "DictConfig":
-    "`cfg` with its policy steered (`policy._target_`, `policy.steer`); `PolicyError` for a policy that is not ours."
+def steered_config(cfg, **steer) -> "DictConfig":
+    """`cfg` with its policy steered: `policy._target_`, and `policy.steer` (`STEER_DEFAULTS`, what it held, then
+    `steer`); `PolicyError` for a policy class that is not ours."""
     target = OmegaConf.select(cfg, "policy._target_", default=None)
     if target not in (None, "dptoolkit.policy.DiffusionPolicy", STEERED):
         raise PolicyError(f"policy._target_={target}: rl.noise=latent steers a DiffusionPolicy (U-Net or transformer, "
                           "DDPM or flow); another policy class needs its own sample_chunk / chunk_log_prob")
     cfg = OmegaConf.create(OmegaConf.to_container(cfg))
     cfg.policy._target_ = STEERED
-    cfg.policy.steer = dict(hidden=int(hidden), std=float(std), deploy=deploy)
+    cfg.policy.steer = {**STEER_DEFAULTS, **(OmegaConf.select(cfg, "policy.steer", default=None) or {}), **steer}
     return cfg
 
 def steer_weights(cfg, sd: dict, seed: int = 0) -> dict:
