@@ -51,7 +51,7 @@ def main():
               f"({time.perf_counter() - t:.0f} s)", flush=True)
     never = [x for x, k in zip(SEEDS, res["fresh"].get(1.0, [])) if k == 0]
     for spec in filter(None, a.held.split(",")):
-        mode, s, rho = spec.split(":")
+        _, s, rho = spec.split(":")   # the mode is a label: RHO says fresh, AR(1) or held
         play = starts(pol, float(s), float(rho), 4 * len(never), torch.Generator().manual_seed(1))
         eps = play_episodes(pol, [("transfer_cube", x) for x in never], 4, play, envs, 400)
         ok = np.array([e["success"] for e in eps]).reshape(len(never), 4).sum(1)
