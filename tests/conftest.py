@@ -1,5 +1,5 @@
 """Shared fixtures: sample stores, a `dpt` runner, and process-tree helpers (psutil)."""
-import atexit, os, shutil, subprocess, sys, sysconfig, tempfile
+import atexit, json, os, selectors, shutil, socket, subprocess, sys, sysconfig, tempfile, threading, time
 from pathlib import Path
 
 import psutil
@@ -42,12 +42,85 @@ def merged(tasks_dir, tmp_path_factory):
 
 
 def dpt(*args, timeout=300, check=None, env=None, cwd=None):
-    "Run the installed `dpt` console script; returns CompletedProcess (text)."
+    """Run the installed `dpt` console script; returns CompletedProcess (text). Forked from this worker's preloader
+    (tests/_dpt_preload.py: the command line as it is, without an interpreter's start-up each time) unless the call
+    changes what an interpreter reads only as it starts (any variable but DPT_*), or DPT_TEST_FORK=0: then a real
+    subprocess, found on PATH as a user's shell finds it."""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    r = subprocess.run(["dpt", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+    args = [str(a) for a in args]
+    r = _forked(args, timeout, e, cwd)
+    if r is None:
+        r = subprocess.run(["dpt", *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
     if check is not None:
         assert r.returncode == check, f"exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
     return r
+
+
+_preloader = {}   # this worker's: its Popen, its socket, the environment it started with
+_preloader_lock = threading.Lock()
+DPT_SCRIPT = Path(sysconfig.get_path("scripts")) / "dpt"
+
+
+def _preloaded():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if os.environ.get("DPT_TEST_FORK") == "0" or not DPT_SCRIPT.exists() or not hasattr(socket, "send_fds"): return None
+    p = _preloader.get("proc")
+    if p is None or p.poll() is not None:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        p = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_dpt_preload.py")), str(DPT_SCRIPT),
+                              str(b.fileno())], pass_fds=[b.fileno()], stdin=subprocess.DEVNULL, env=env)
+        b.close()
+        a.settimeout(300)
+        if a.recv(64) != b'{"ready": true}': p.kill(); p.wait(); return None
+        a.settimeout(None)
+        _preloader.update(proc=p, sock=a, env=env)
+    return _preloader
+
+
+def _forked(args, timeout, env, cwd):
+    """`dpt *args` forked from the preloader, as `subprocess.run(capture_output=True, text=True)` would return it
+    (output read to the end of the pipes, newlines translated, TimeoutExpired after killing the child); None where
+    it must be a real subprocess."""
+    if not _preloader_lock.acquire(blocking=False): return None       # another thread's call holds the preloader
+    try:
+        z = _preloaded()
+        if z is None: return None
+        if any(env.get(k) != z["env"].get(k) for k in set(env) | set(z["env"]) if not k.startswith("DPT_")): return None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        req = json.dumps(dict(argv=args, env=env, cwd=str(cwd or os.getcwd()))).encode()
+        socket.send_fds(z["sock"], [req], [out_w, err_w])
+        os.close(out_w); os.close(err_w)
+        reply = z["sock"].recv(256)
+        if not reply: raise RuntimeError("the dpt preloader (tests/_dpt_preload.py) ended; DPT_TEST_FORK=0 runs dpt as it is")
+        pid = json.loads(reply)["pid"]
+        bufs, rc, deadline = {out_r: [], err_r: []}, None, time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        for fd in (out_r, err_r): sel.register(fd, selectors.EVENT_READ)
+        sel.register(z["sock"], selectors.EVENT_READ)
+        killed = False
+        while len(sel.get_map()) > 0:
+            left = deadline - time.monotonic()
+            if left <= 0 and not killed:                                  # as subprocess.run: kill, then read to the end
+                try: os.kill(pid, 9)
+                except ProcessLookupError: pass
+                killed, deadline = True, time.monotonic() + 120
+                continue
+            for key, _ in sel.select(max(0.0, left)):
+                if key.fileobj is z["sock"]:
+                    rc = json.loads(z["sock"].recv(256))["rc"]; sel.unregister(z["sock"])
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if chunk: bufs[key.fd].append(chunk)
+                else: sel.unregister(key.fd); os.close(key.fd)
+            if killed and time.monotonic() > deadline: break
+        for key in list(sel.get_map().values()):
+            if key.fileobj is not z["sock"]: os.close(key.fd)
+        text = lambda fd: b"".join(bufs[fd]).decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        out, err = text(out_r), text(err_r)
+        if killed: raise subprocess.TimeoutExpired(["dpt", *args], timeout, out, err)
+        return subprocess.CompletedProcess(["dpt", *args], rc, out, err)
+    finally: _preloader_lock.release()
 
 
 def descendants(pid=None):
