@@ -15,9 +15,9 @@ import torch.multiprocessing as mp
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LaunchError', 'launched', 'progress', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_pool',
-           'die_with_parent', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch', 'world_info', 'expand_counts',
-           'slurm_hostnames', 'slurm_port', 'rank_env']
+__all__ = ['DIFFUSERS_PRELOAD', 'LaunchError', 'launched', 'progress', 'start_forkserver', 'pid_alive', 'start_detached',
+           'worker_pool', 'die_with_parent', 'Heartbeat', 'StallWatch', 'watch_in_rank', 'launch', 'world_info',
+           'expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env']
 
 # %% ../nbs/06_launch.ipynb #aa8bad2a
 class LaunchError(RuntimeError):
@@ -208,6 +208,8 @@ class _Bar:
         if self.bar is not None: self.bar.close()
 
 _preloaded = set()
+DIFFUSERS_PRELOAD = ["diffusers.schedulers.scheduling_ddpm", "diffusers.schedulers.scheduling_ddim",
+                     "diffusers.optimization"]
 
 def _context(start_method, fn=None):
     # ranks stopped by force (a stall, a failure) leave their semaphores to the resource tracker, which frees them and
@@ -218,14 +220,16 @@ def _context(start_method, fn=None):
     ctx = mp.get_context(start_method)
     if start_method == "forkserver" and "forkserver" not in _preloaded:
         # the server imports these once; every rank it forks starts with them imported. Always the training loop's
-        # module (dptoolkit.train, with the policy and diffusers: ~3.5 s of CPU, paid by every rank of every launch
-        # otherwise), even when the first launch is another function: the server lives as long as this process, and
-        # its first launch decides for all (a notebook's `world_info` check before training); and the launched
-        # function's own module when it is one of ours
+        # module (dptoolkit.train, with the policy) and the diffusers modules a rank builds its noise schedule and LR
+        # schedule from (imported where they are used, so the policy imports fast: 1.9 s of CPU with torch._dynamo,
+        # which every rank of every launch paid again; 2.3 -> 0.5 s of CPU for a 2-step 1-rank run), even when the
+        # first launch is another function: the server lives as long as this process, and its first launch decides
+        # for all (a notebook's `world_info` check before training); and the launched function's own module when it is
+        # one of ours. dptoolkit.train comes before diffusers: the policy chapter's NVML switch is set by then.
         mod = getattr(fn, "__module__", None) or ""
         ours = [mod] if mod.startswith("dptoolkit.") and mod not in ("dptoolkit.launch", "dptoolkit.train") else []
         ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "dptoolkit.launch", "dptoolkit.train",
-                                    *ours])
+                                    *DIFFUSERS_PRELOAD, *ours])
         _preloaded.add("forkserver")
     return ctx
 

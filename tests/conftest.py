@@ -44,7 +44,7 @@ def merged(tasks_dir, tmp_path_factory):
 def dpt(*args, timeout=300, check=None, env=None, cwd=None):
     """Run the installed `dpt` console script; returns CompletedProcess (text). Forked from this worker's preloader
     (tests/_dpt_preload.py: the command line as it is, without an interpreter's start-up each time) unless the call
-    changes what an interpreter reads only as it starts (any variable but DPT_*), or DPT_TEST_FORK=0: then a real
+    changes what an interpreter reads only as it starts (any variable but DPT_* and PYTEST_*), or DPT_TEST_FORK=0: then a real
     subprocess, found on PATH as a user's shell finds it."""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     args = [str(a) for a in args]
@@ -56,6 +56,7 @@ def dpt(*args, timeout=300, check=None, env=None, cwd=None):
     return r
 
 
+_READ_AT_RUN_TIME = ("DPT_", "PYTEST_")   # variables a fork may take as they are now (pytest sets PYTEST_CURRENT_TEST)
 _preloader = {}   # this worker's: its Popen, its socket, the environment it started with
 _preloader_lock = threading.Lock()
 DPT_SCRIPT = Path(sysconfig.get_path("scripts")) / "dpt"
@@ -85,7 +86,8 @@ def _forked(args, timeout, env, cwd):
     try:
         z = _preloaded()
         if z is None: return None
-        if any(env.get(k) != z["env"].get(k) for k in set(env) | set(z["env"]) if not k.startswith("DPT_")): return None
+        if any(env.get(k) != z["env"].get(k) for k in set(env) | set(z["env"]) if not k.startswith(_READ_AT_RUN_TIME)):
+            return None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         req = json.dumps(dict(argv=args, env=env, cwd=str(cwd or os.getcwd()))).encode()
