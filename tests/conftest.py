@@ -44,7 +44,7 @@ def merged(tasks_dir, tmp_path_factory):
 def dpt(*args, timeout=300, check=None, env=None, cwd=None):
     """Run the installed `dpt` console script; returns CompletedProcess (text). Forked from this worker's preloader
     (tests/_dpt_preload.py: the command line as it is, without an interpreter's start-up each time) unless the call
-    changes what an interpreter reads only as it starts (any variable but DPT_* and PYTEST_*), or DPT_TEST_FORK=0: then a real
+    changes what an interpreter reads only as it starts (_READ_AT_START), or DPT_TEST_FORK=0: then a real
     subprocess, found on PATH as a user's shell finds it."""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     args = [str(a) for a in args]
@@ -56,7 +56,11 @@ def dpt(*args, timeout=300, check=None, env=None, cwd=None):
     return r
 
 
-_READ_AT_RUN_TIME = ("DPT_", "PYTEST_")   # variables a fork may take as they are now (pytest sets PYTEST_CURRENT_TEST)
+# what an interpreter, its allocator and its thread pools read only as they start or as the preloader imported them:
+# a call that changes one of these runs as a real subprocess (every other variable a fork takes as the call has it:
+# pytest's PYTEST_CURRENT_TEST, a module's setdefault at import, the test's own DPT_*)
+_READ_AT_START = ("PYTHON", "LD_", "OMP_", "MKL_", "GOMP_", "KMP_", "OPENBLAS_", "TORCH_", "LANG", "LC_", "TMPDIR",
+                  "TEMP", "TMP", "MALLOC_")
 _preloader = {}   # this worker's: its Popen, its socket, the environment it started with
 _preloader_lock = threading.Lock()
 DPT_SCRIPT = Path(sysconfig.get_path("scripts")) / "dpt"
@@ -86,7 +90,7 @@ def _forked(args, timeout, env, cwd):
     try:
         z = _preloaded()
         if z is None: return None
-        if any(env.get(k) != z["env"].get(k) for k in set(env) | set(z["env"]) if not k.startswith(_READ_AT_RUN_TIME)):
+        if any(env.get(k) != z["env"].get(k) for k in set(env) | set(z["env"]) if k.startswith(_READ_AT_START)):
             return None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
