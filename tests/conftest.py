@@ -59,8 +59,9 @@ def dpt(*args, timeout=300, check=None, env=None, cwd=None):
 # what an interpreter, its allocator and its thread pools read only as they start or as the preloader imported them:
 # a call that changes one of these runs as a real subprocess (every other variable a fork takes as the call has it:
 # pytest's PYTEST_CURRENT_TEST, a module's setdefault at import, the test's own DPT_*)
-_READ_AT_START = ("PYTHON", "LD_", "OMP_", "MKL_", "GOMP_", "KMP_", "OPENBLAS_", "TORCH_", "LANG", "LC_", "TMPDIR",
-                  "TEMP", "TMP", "MALLOC_")
+# (not LD_LIBRARY_PATH: opencv's import appends its own folder to it in the test process, which no user's shell does)
+_READ_AT_START = ("PYTHON", "LD_PRELOAD", "OMP_", "MKL_", "GOMP_", "KMP_", "OPENBLAS_", "TORCH_", "LANG", "LC_",
+                  "TMPDIR", "TEMP", "TMP", "MALLOC_")
 _preloader = {}   # this worker's: its Popen, its socket, the environment it started with
 _preloader_lock = threading.Lock()
 DPT_SCRIPT = Path(sysconfig.get_path("scripts")) / "dpt"
