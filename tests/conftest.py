@@ -77,7 +77,9 @@ def _preloaded():
                               str(b.fileno())], pass_fds=[b.fileno()], stdin=subprocess.DEVNULL, env=env)
         b.close()
         a.settimeout(300)
-        if a.recv(64) != b'{"ready": true}': p.kill(); p.wait(); return None
+        try: ready = a.recv(64) == b'{"ready": true}'
+        except OSError: ready = False
+        if not ready: p.kill(); p.wait(); return None
         a.settimeout(None)
         _preloader.update(proc=p, sock=a, env=env)
     return _preloader
@@ -88,11 +90,13 @@ def _forked(args, timeout, env, cwd):
     (output read to the end of the pipes, newlines translated, TimeoutExpired after killing the child); None where
     it must be a real subprocess."""
     if not _preloader_lock.acquire(blocking=False): return None       # another thread's call holds the preloader
+    z, rc = None, None
     try:
-        z = _preloaded()
-        if z is None: return None
-        if any(env.get(k) != z["env"].get(k) for k in set(env) | set(z["env"]) if k.startswith(_READ_AT_START)):
+        ready = _preloaded()
+        if ready is None: return None
+        if any(env.get(k) != ready["env"].get(k) for k in set(env) | set(ready["env"]) if k.startswith(_READ_AT_START)):
             return None
+        z = ready                                                          # from here on, a call in flight
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         req = json.dumps(dict(argv=args, env=env, cwd=str(cwd or os.getcwd()))).encode()
@@ -101,7 +105,7 @@ def _forked(args, timeout, env, cwd):
         reply = z["sock"].recv(256)
         if not reply: raise RuntimeError("the dpt preloader (tests/_dpt_preload.py) ended; DPT_TEST_FORK=0 runs dpt as it is")
         pid = json.loads(reply)["pid"]
-        bufs, rc, deadline = {out_r: [], err_r: []}, None, time.monotonic() + timeout
+        bufs, deadline = {out_r: [], err_r: []}, time.monotonic() + timeout
         sel = selectors.DefaultSelector()
         for fd in (out_r, err_r): sel.register(fd, selectors.EVENT_READ)
         sel.register(z["sock"], selectors.EVENT_READ)
@@ -127,7 +131,11 @@ def _forked(args, timeout, env, cwd):
         out, err = text(out_r), text(err_r)
         if killed: raise subprocess.TimeoutExpired(["dpt", *args], timeout, out, err)
         return subprocess.CompletedProcess(["dpt", *args], rc, out, err)
-    finally: _preloader_lock.release()
+    finally:
+        if z is not None and rc is None and _preloader.get("proc") is not None:   # a call cut short (a timeout that
+            _preloader["proc"].kill(); _preloader["proc"].wait()                # never ended, an interrupt): its
+            _preloader.clear()                                                  # reply would answer the next call
+        _preloader_lock.release()
 
 
 def descendants(pid=None):
