@@ -222,10 +222,11 @@ def _context(start_method, fn=None):
         # the server imports these once; every rank it forks starts with them imported. Always the training loop's
         # module (dptoolkit.train, with the policy) and the diffusers modules a rank builds its noise schedule and LR
         # schedule from (imported where they are used, so the policy imports fast: 1.9 s of CPU with torch._dynamo,
-        # which every rank of every launch paid again; 2.3 -> 0.5 s of CPU for a 2-step 1-rank run), even when the
-        # first launch is another function: the server lives as long as this process, and its first launch decides
-        # for all (a notebook's `world_info` check before training); and the launched function's own module when it is
-        # one of ours. dptoolkit.train comes before diffusers: the policy chapter's NVML switch is set by then.
+        # which every rank of every launch paid again; 2.2 -> 0.7 s of CPU for a 2-step 1-rank run, bench/startup.py),
+        # even when the first launch is another function: the server lives as long as this process, and its first
+        # launch decides for all (a notebook's `world_info` check before training); and the launched function's own
+        # module when it is one of ours. dptoolkit.train comes before diffusers: the policy chapter's NVML switch is set
+        # by then.
         mod = getattr(fn, "__module__", None) or ""
         ours = [mod] if mod.startswith("dptoolkit.") and mod not in ("dptoolkit.launch", "dptoolkit.train") else []
         ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", "dptoolkit.launch", "dptoolkit.train",
