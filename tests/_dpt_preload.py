@@ -33,9 +33,9 @@ if __name__ == "__main__":
     sock = socket.socket(fileno=int(sys.argv[2]))
     # the console script's sys.path: its own folder first, never this file's (tests/) nor the working folder
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    import torch, torch.distributed, cloudpickle                                         # noqa: F401
-    import dptoolkit.policy, dptoolkit.launch, dptoolkit.train, dptoolkit.cli          # noqa: F401 (policy: before diffusers)
-    import diffusers.schedulers.scheduling_ddpm, diffusers.schedulers.scheduling_ddim, diffusers.optimization  # noqa: F401
+    import importlib
+    import dptoolkit.cli, dptoolkit.launch as launch, dptoolkit.train                 # noqa: F401
+    for m in launch.DIFFUSERS_PRELOAD: importlib.import_module(m)   # what the ranks' forkserver preloads, the same list
     import gc
     gc.freeze()   # what is imported stays shared with every child, and no child's last collections walk it again
     sock.send(b'{"ready": true}')
