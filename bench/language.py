@@ -103,7 +103,7 @@ def data(out: Path, n: int, encoder: Path) -> Path:
         if not p.exists():
             print(make_demos(t, n=n, out=p, noise=DART.get(t, 0.02), workers=2, progress=False), flush=True)
         srcs.append(p)
-    merge(srcs, m, overwrite=True, progress=False)
+    merge(srcs, m, overwrite=True, progress=False, pad=["env_state"])   # insertion's is 14 wide, the cube's 7
     print(embed(m, encoder, progress=False), flush=True)
     return m
 
