@@ -23,6 +23,8 @@ Usage: python bench/language.py --out DIR [--demos 32] [--steps 2000] [--seeds 0
        [--noise-seeds 0,1 --noise 0.05] [--episodes 50] [--json F] [--tasks transfer_cube,lift_cube[,insertion]]
        [--recipes language,task-index]
 With insertion as a third task its demonstrations are noise-free (its expert keeps 8 of 60 at σ = 0.02).
+`language-tokens`: `policy.language_tokens=true`, a 4-layer transformer denoiser (n_emb 128) that attends to the
+instruction's token embeddings (each token noised by --noise), in place of the U-Net reading the pooled one.
 `language-noise`: the language recipe with `policy.language_noise` (σ of Gaussian noise on the unit-length embedding in
 training: the policy learns the neighbourhood of each phrasing, not ten points).
 """
@@ -39,7 +41,12 @@ BC = ["task.dataset.obs_keys=[state,env_state]", "policy.objective=flow", "polic
       "policy.num_inference_steps=10", "dataloader.batch_size=64", "optimizer.lr=1e-3", "task.dataset.val_ratio=0",
       "training.lr_warmup_steps=50", "training.log_every=100"]
 RECIPES = {"language": ["policy.language=true", "policy.language_noise=0"], "task-index": ["policy.task_embed_dim=16"], "blind": [],
-           "language-noise": ["policy.language=true"]}   # + policy.language_noise=--noise
+           "language-noise": ["policy.language=true"],   # + policy.language_noise=--noise
+           # a transformer denoiser attending to the instruction's MiniLM token embeddings (+ --noise on each token)
+           "language-tokens": ["policy.language=true", "policy.language_tokens=true", "policy.denoiser=transformer",
+                               "policy.transformer.n_layer=4", "policy.transformer.n_head=4",
+                               "policy.transformer.n_emb=128", "policy.transformer.p_drop_attn=0.1",
+                               "optimizer.weight_decay=1e-3", "optimizer.betas=[0.9,0.95]"]}
 
 
 def sha256(p) -> str:
@@ -114,7 +121,7 @@ def train_run(out: Path, store: Path, recipe: str, seed: int, steps: int) -> Pat
     rd = out / f"{recipe}-s{seed}"
     if (rd / "result.json").exists() and json.loads((rd / "result.json").read_text()).get("completed"): return rd
     t0 = time.time()
-    extra = [f"policy.language_noise={NOISE[0]}"] if recipe == "language-noise" else []
+    extra = [f"policy.language_noise={NOISE[0]}"] if recipe in ("language-noise", "language-tokens") else []
     train(for_store(store, name="test", overrides=BC + RECIPES[recipe] + extra + [
         f"training.max_steps={steps}", f"training.checkpoint_every={steps}", f"training.seed={seed}"]),
         nprocs=1, run_dir=rd, progress=False)
@@ -230,7 +237,7 @@ def main():
                 js.write_text(json.dumps(done, indent=1))
     res = {tuple(k.split("|")): v for k, v in done.items() if "|" in k}
     print(table(res))
-    for recipe in ("language", "language-noise"):
+    for recipe in ("language", "language-noise", "language-tokens"):
         if f"{recipe}|seen" in done: print(per_phrasing(done, recipe))
     print("median step time (s):", json.dumps(done["step_time_s"]))
 

@@ -103,15 +103,15 @@ class SequenceDataset(torch.utils.data.Dataset):
     task-conditioned policy, in its embedding's order: each window's `task` is then its task's place in that list
     (the store's tasks matched by name, whatever their order in the store); a store's task the list lacks comes after
     it (`task_names` = the list + those), so a caller can name it instead of feeding the policy another task's row.
-    `views` ({key: spec}, `task.dataset.views`): keys read through a view of another array (views chapter); every key
-    is read as its view shows it (channels-last frames as uint8 (3, H, W), keypoints flattened). `shapes` / `dtypes`
-    are the keys as served; `src_shapes` / `src_dtypes` the stored arrays read. `language`: `instruction` too."""
+    `views` ({key: spec}, `task.dataset.views`): keys read through a view of another array (views chapter); every key is
+    read as its view shows it (HWC frames as uint8 (3, H, W), keypoints flat). `shapes` / `dtypes` are the keys as
+    served; `src_shapes` / `src_dtypes` the arrays read. `language`: `instruction` too (`"tokens"`: packed)."""
     small_bytes = 256 << 20
 
     def __init__(self, store, horizon: int = 8, n_obs_steps: int = 2, pad_before: int = 0, pad_after: int = 0,
                  keys=("state",), action_key: str = "action", episodes=None, tasks=None, storage: str = "auto",
                  cache_dir=None, progress: bool = False, info=None, task_order=None, views=None,
-                 language: bool = False):
+                 language: bool | str = False):
         self.path, self.horizon, self.n_obs_steps = str(store), int(horizon), int(n_obs_steps)
         self.pad_before, self.pad_after = pad_before, pad_after
         self.keys, self.action_key = list(keys), action_key
@@ -133,7 +133,7 @@ class SequenceDataset(torch.utils.data.Dataset):
             episodes = [e for e in episodes if self.episode_task[e] in ids]
         self.episodes = np.asarray(episodes, dtype=np.int64)
         if task_order is not None: self._task_order(list(task_order))
-        self.lang = _instructions(self.path, self.episodes) if language else None
+        self.lang = _instructions(self.path, self.episodes, language == "tokens") if language else None
         self.rows = window_table(self.ends, self.horizon, pad_before, pad_after, self.episodes)
         lens = self.lengths[self.episodes]
         need = self.horizon - min(max(pad_before, 0), self.horizon - 1) - min(max(pad_after, 0), self.horizon - 1)
@@ -189,16 +189,22 @@ def window_task(self: SequenceDataset) -> np.ndarray:
     return self._wtask
 
 # %% ../nbs/03_dataset.ipynb #49a3408e
-def _instructions(path, episodes) -> tuple:
+def _instructions(path, episodes, tokens: bool = False) -> tuple:
     "(embeddings (N, D), per episode its rows) of an embedded store; `DataError` for a chosen episode without one."
     from dptoolkit.language import LanguageError, instruction_table
-    try: E, per = instruction_table(path)
+    try: E, per = instruction_table(path, tokens)
     except LanguageError as e: raise DataError(str(e)) from None
     none = [int(e) for e in episodes if not per[int(e)]]
     if none:
         raise DataError(f"{path}: policy.language=true, but {len(none)} episode(s) have no instruction (episode "
                         f"{none[0]} first); give each one (language.set_instructions) or train on the others")
     return E.astype(np.float32), per
+
+def _language(cfg) -> bool | str:
+    "What a config's windows carry of their instruction: nothing (False), its pooled embedding (True) or 'tokens'."
+    from omegaconf import OmegaConf
+    if not OmegaConf.select(cfg, "policy.language", default=False): return False
+    return "tokens" if OmegaConf.select(cfg, "policy.language_tokens", default=False) else True
 
 @patch(as_prop=True)
 def window_instruction(self: SequenceDataset) -> np.ndarray:
@@ -624,7 +630,7 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
                          action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, storage=config_storage(cfg),
                          cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress,
                          info=info, task_order=policy_tasks(cfg), views=dict(D.get("views") or {}),
-                         language=bool(OmegaConf.select(cfg, "policy.language", default=False)))
+                         language=_language(cfg))
     train, val = ds.split(D.val_ratio, D.split_seed, D.get("max_train_episodes"))
     B = int(batch_size or plan(cfg, world).per_device_batch)
     seed = int(cfg.training.seed)

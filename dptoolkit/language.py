@@ -14,7 +14,8 @@ from .store import StoreError, describe, open_store
 
 # %% auto #0
 __all__ = ['LanguageError', 'episode_instructions', 'set_instructions', 'distinct_instructions', 'held_out_instructions',
-           'set_held_out', 'Encoder', 'load_encoder', 'tiny_encoder', 'embedded', 'embed', 'instruction_table']
+           'set_held_out', 'Encoder', 'load_encoder', 'tiny_encoder', 'embedded', 'embed', 'pack_tokens',
+           'instruction_table']
 
 # %% ../nbs/03c_language.ipynb #8a4f3710
 class LanguageError(StoreError):
@@ -178,12 +179,21 @@ def embed(store, encoder, progress: bool = True) -> dict:
     if progress: print(f"embedded {len(ins)} instruction(s) of {Path(store).name} with {enc.name} ({enc.dim} values)")
     return {**rec, "computed": True}
 
-def instruction_table(store) -> tuple:
-    "(pooled (N, D), per episode the rows of its instructions) of an embedded store; `LanguageError` naming dpt embed."
+def pack_tokens(tokens, mask) -> np.ndarray:
+    """Token embeddings (N, L, D) and their mask (N, L) → (N, L × (D + 1)) float32: each token's D values (zero where
+    padded) then its mask bit — what a policy with `policy.language_tokens` reads as `obs["instruction"]`."""
+    m = np.asarray(mask, np.float32)[..., None]
+    return np.concatenate([np.asarray(tokens, np.float32) * m, m], -1).reshape(len(m), -1)
+
+def instruction_table(store, tokens: bool = False) -> tuple:
+    """(pooled (N, D), per episode the rows of its instructions) of an embedded store; with `tokens`, the packed token
+    embeddings (N, L × (D + 1), `pack_tokens`) in place of the pooled ones. `LanguageError` naming dpt embed."""
     rec = embedded(store)
     if not rec:
         raise LanguageError(f"{store}: its instructions are not embedded: run dpt embed {store} --encoder "
                             "NAME_OR_FOLDER first (policy.language=true reads the stored embeddings)")
     row = {s: i for i, s in enumerate(rec["instructions"])}
     per = [[row[x] for x in r if x in row] for r in episode_instructions(store)]
-    return np.asarray(open_store(store)["meta/instruction_embedding"][:]), per
+    z = open_store(store)
+    if tokens: return pack_tokens(z["meta/instruction_tokens"][:], z["meta/instruction_mask"][:]), per
+    return np.asarray(z["meta/instruction_embedding"][:]), per

@@ -367,7 +367,7 @@ class DiffusionPolicy(nn.Module):
                  prediction_type=None, sampler="ddpm", action_repr="absolute", obs_repr="absolute",
                  relative_key=None, objective="ddpm", denoiser="unet", transformer: dict | None = None,
                  task_embed_dim: int = 0, task_names=None, language_dim: int = 0, language_proj: int = 0,
-                 language_noise: float = 0.0):
+                 language_noise: float = 0.0, language_tokens: int = 0):
         super().__init__()
         bad = {k: s for k, s in obs_shapes.items() if len(s) not in (1, 3)}
         if bad: raise PolicyError(f"observation shapes {bad}: expected [D] (low-dim) or [3, H, W] (camera)")
@@ -394,11 +394,19 @@ class DiffusionPolicy(nn.Module):
             else None                                  # learnt: a 384-wide embedding would widen every FiLM layer
         lang = int(language_proj) if self.language_proj is not None else self.language_dim
         self.language_noise = float(language_noise or 0) if self.language_dim else 0.0   # training only (`draw`)
+        self.language_tokens = int(language_tokens or 0) if self.language_dim else 0   # attended to, not pooled
+        if self.language_tokens:
+            if denoiser != "transformer":
+                raise PolicyError("policy.language_tokens=true: the U-Net has no attention to read an instruction's "
+                                  "tokens with; set policy.denoiser=transformer, or policy.language_tokens=false")
+            self.language_proj, lang = None, 0
         feat = self.obs_encoder.output_dim + int(task_embed_dim or 0) + lang
         if denoiser == "unet":
             self.model = ConditionalUnet1D(action_dim, n_obs_steps * feat, diffusion_step_embed_dim, tuple(down_dims),
                                            kernel_size, n_groups)
-        else: self.model = TransformerDenoiser(action_dim, horizon, n_obs_steps, feat, **(transformer or {}))
+        else: self.model = TransformerDenoiser(action_dim, horizon, n_obs_steps, feat, **(transformer or {}),
+                                               lang_tokens=(self.language_tokens, self.language_dim)
+                                               if self.language_tokens else None)
         self.normalizer = normalizer if normalizer is not None else Normalizer()
         self.num_inference_steps = num_inference_steps or self.objective.default_steps
         self.action_repr, self.obs_repr = action_repr, obs_repr
@@ -425,7 +433,9 @@ def from_config(cls: DiffusionPolicy, cfg, normalizer=None):
                language_dim=(OmegaConf.select(p, "language_dim", default=0) or 0)
                if OmegaConf.select(p, "language", default=False) else 0,
                language_proj=OmegaConf.select(p, "language_proj", default=0) or 0,
-               language_noise=OmegaConf.select(p, "language_noise", default=0.0) or 0.0)
+               language_noise=OmegaConf.select(p, "language_noise", default=0.0) or 0.0,
+               language_tokens=(OmegaConf.select(p, "language_max_tokens", default=0) or 0)
+               if OmegaConf.select(p, "language_tokens", default=False) else 0)
 
 # %% ../nbs/04_policy.ipynb #dedd600a
 @patch
@@ -471,8 +481,12 @@ def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None, aux
     out = self.obs_encoder(flat, generator, crops, aux=aux)
     feats = out[0] if aux else out
     if self.task_embed is not None: feats = torch.cat([feats, self._task_features(obs.get("task"), B)], -1)
-    if self.language_dim: feats = torch.cat([feats, self._instruction_features(obs.get("instruction"), B)], -1)
-    return (feats.reshape(B, -1), out[1]) if aux else feats.reshape(B, -1)
+    if self.language_dim and not self.language_tokens:
+        feats = torch.cat([feats, self._instruction_features(obs.get("instruction"), B)], -1)
+    cond = feats.reshape(B, -1)
+    if self.language_tokens:   # the instruction's tokens ride at the condition's end (transformer chapter)
+        cond = torch.cat([cond, self._instruction_features(obs.get("instruction"), B).to(cond.dtype)], -1)
+    return (cond, out[1]) if aux else cond
 
 @patch
 def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
@@ -487,13 +501,30 @@ def aux_targets(self: DiffusionPolicy, obs: dict) -> torch.Tensor:
 # %% ../nbs/04_policy.ipynb #48663df6
 @patch
 def _instruction_features(self: DiffusionPolicy, emb, B: int) -> torch.Tensor:
-    "The instruction's embedding of each window, once per observation step: (B × n_obs_steps, language_dim)."
+    """The instruction's embedding of each window, once per observation step: (B × n_obs_steps, language_dim); with
+    `language_tokens`, its packed token embeddings once: (B, L × (language_dim + 1)) (language: `pack_tokens`)."""
     if emb is None:
         raise PolicyError("this policy reads an instruction (policy.language): pass its embedding as "
                           "obs['instruction'] (dpt rollout --instruction TEXT)")
-    emb = torch.as_tensor(emb, device=self.model_device()).float().reshape(-1, self.language_dim).expand(B, -1)
+    emb = torch.as_tensor(emb, device=self.model_device()).float()
+    w = self.language_tokens * (self.language_dim + 1) or self.language_dim
+    if emb.shape[-1] != w:
+        raise PolicyError(f"obs['instruction'] has {emb.shape[-1]} values a window; this policy reads {w} ("
+                          + (f"{self.language_tokens} tokens × ({self.language_dim} + a mask bit), pack_tokens)"
+                             if self.language_tokens else "the pooled embedding)"))
+    emb = emb.reshape(-1, w).expand(B, -1)
+    if self.language_tokens: return emb
     if self.language_proj is not None: emb = self.language_proj(emb)
     return emb.repeat_interleave(self.n_obs_steps, 0)
+
+@patch
+def _noisy_instruction(self: DiffusionPolicy, e, noise) -> torch.Tensor:
+    "`policy.language_noise` on a batch's instructions: each unit-length embedding (or token) moved by `noise`."
+    if not self.language_tokens: return F.normalize(e.float() + noise, dim=-1)
+    L, D = self.language_tokens, self.language_dim
+    p, n = e.float().reshape(-1, L, D + 1), noise.reshape(-1, L, D + 1)[..., :D]
+    tok = F.normalize(F.normalize(p[..., :D], dim=-1) + n, dim=-1) * p[..., D:]   # the padding stays zero
+    return torch.cat([tok, p[..., D:]], -1).reshape(e.shape)
 
 @patch
 def model_device(self: DiffusionPolicy) -> torch.device:
@@ -543,7 +574,7 @@ def compute_loss(self: DiffusionPolicy, batch, generator=None, noise=None, times
     obs = {**batch["obs"], "task": batch["task"]} if self.task_embed is not None and "task" in batch else batch["obs"]
     if self.language_dim and "instruction" in batch:   # with policy.language_noise: a point beside the phrasing's
         e = batch["instruction"]
-        if "language_noise" in d: e = F.normalize(e.float() + d["language_noise"], dim=-1)
+        if "language_noise" in d: e = self._noisy_instruction(e, d["language_noise"])
         obs = {**obs, "instruction": e}
     cond = self.encode_obs(obs, crops=d["crops"], aux=bool(self.aux_keys))
     if self.aux_keys: cond, aux = cond
@@ -642,20 +673,23 @@ def task_conditioning(cfg, info):
 
 # %% ../nbs/04_policy.ipynb #594b6208
 def language_conditioning(cfg, info):
-    """For `policy.language`: `policy.language_dim` and `policy.language_encoder` ({name, sha256}) from the store's
-    embedded instructions (`info`: `describe`); `PolicyError` naming `dpt embed` for a store without them, and naming
-    both encoders when a run's own differs from the store's."""
+    """For `policy.language`: `policy.language_dim`, `policy.language_encoder` ({name, sha256}) and, for
+    `policy.language_tokens`, `policy.language_max_tokens` from the store's embedded instructions (`info`: `describe`);
+    `PolicyError` naming `dpt embed` for a store without them, and naming both encoders when a run's own differs."""
     if not OmegaConf.select(cfg, "policy.language", default=False): return
     rec = (info.attrs or {}).get("language")
     if not rec:
         raise PolicyError(f"policy.language=true: {info.path}'s instructions are not embedded: run dpt embed "
                           f"{info.path} --encoder NAME_OR_FOLDER first")
-    have = OmegaConf.select(cfg, "policy.language_encoder", default=None)
-    if have is not None and (have.get("sha256") != rec["sha256"]
+    have, L = OmegaConf.select(cfg, "policy.language_encoder", default=None), int(rec.get("max_tokens") or 32)
+    tokens = OmegaConf.select(cfg, "policy.language_tokens", default=False)
+    L_run = int(OmegaConf.select(cfg, "policy.language_max_tokens", default=0) or L)
+    if have is not None and (have.get("sha256") != rec["sha256"] or (tokens and L_run != L)
                              or int(OmegaConf.select(cfg, "policy.language_dim", default=0) or 0) != int(rec["dim"])):
         raise PolicyError(f"{info.path}: its instructions are embedded by {rec['encoder']} ({rec['dim']} values); the "
                           f"run's policy learnt {have.get('name')}'s ({cfg.policy.language_dim} values): embed the "
                           f"store with that encoder (dpt embed {info.path} --encoder {have.get('name')})")
     OmegaConf.update(cfg, "policy.language_dim", int(rec["dim"]), force_add=True)
+    if tokens: OmegaConf.update(cfg, "policy.language_max_tokens", L, force_add=True)   # the tokens attended to
     OmegaConf.update(cfg, "policy.language_encoder", dict(name=rec["encoder"], sha256=rec["sha256"]),
                      force_add=True, merge=False)

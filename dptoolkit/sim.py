@@ -491,38 +491,38 @@ def _task_episodes(store, task) -> set | None:
     return set(eps.episode[eps.task_name == task].tolist())
 
 def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> tuple:
-    """(the instruction said, its embedding (D,) float32) for a rollout of `policy` (from `run`) in `task`; (None, None)
-    if none. Without `text`: the most used instruction of the store's episodes of `task` (all episodes when the store
-    does not name it)."""
-    D = int(getattr(policy, "language_dim", 0) or 0)
+    """(the instruction said, its embedding (D,) float32, or its packed tokens for a policy that attends to them) for a
+    rollout of `policy` (from `run`) in `task`; (None, None) if none. Without `text`: the most used instruction of the
+    store's episodes of `task` (all episodes when the store does not name it)."""
+    D, L = int(getattr(policy, "language_dim", 0) or 0), int(getattr(policy, "language_tokens", 0) or 0)
     if not D:
         if text is not None:
             raise SimError(f"{name}: --instruction {text!r}: this policy reads no instruction (it was trained with "
                            "policy.language=false)")
         return None, None
     from dptoolkit.checkpoint import TrainError, run_config
-    from dptoolkit.language import embedded, instruction_table, load_encoder
+    from dptoolkit.language import embedded, instruction_table, load_encoder, pack_tokens
     try: cfg = run_config(run) if isinstance(run, (str, Path)) else None
     except (TrainError, OSError): cfg = None
     if cfg is None: raise SimError(f"{name}: this policy reads an instruction: roll out its run folder")
     if text is None:   # the most used instruction of the task's episodes, from the stored embeddings
-        E, per = instruction_table(cfg.task.dataset.zarr_path)
+        E, per = instruction_table(cfg.task.dataset.zarr_path, tokens=bool(L))
         mine = _task_episodes(cfg.task.dataset.zarr_path, task)
         rows = [r[0] for i, r in enumerate(per) if r and (mine is None or i in mine)] or [r[0] for r in per if r]
         row = max(set(rows), key=rows.count)
         return embedded(cfg.task.dataset.zarr_path)["instructions"][row], E[row].astype(np.float32)
     rec = dict(cfg.policy.language_encoder or {})
-    cache = Path(run) / "instructions.json"
+    cache, key = Path(run) / "instructions.json", str(rec.get("sha256", "")) + (f"+tokens{L}" if L else "")
     known = json.loads(cache.read_text()) if cache.exists() else {}
-    if text in known.get(rec.get("sha256", ""), {}):
-        return text, np.asarray(known[rec["sha256"]][text], np.float32)
-    enc = load_encoder(rec.get("name"))
+    if text in known.get(key, {}): return text, np.asarray(known[key][text], np.float32)
+    enc = load_encoder(rec.get("name"), max_tokens=L or 32)
     if enc.sha256 != rec.get("sha256") or enc.dim != D:
         raise SimError(f"{name}: --instruction needs the run's encoder, {rec.get('name')} ({D} values, sha256 "
                        f"{str(rec.get('sha256'))[:12]}); {enc.name} is another ({enc.dim} values, sha256 "
                        f"{enc.sha256[:12]})")
-    v = enc.encode([text])[0][0]
-    known.setdefault(enc.sha256, {})[text] = v.tolist()
+    pooled, toks, mask = enc.encode([text])
+    v = pack_tokens(toks, mask)[0] if L else pooled[0]
+    known.setdefault(key, {})[text] = v.tolist()
     tmp = cache.with_name(".instructions.json.tmp")
     tmp.write_text(json.dumps(known))
     os.replace(tmp, cache)

@@ -352,6 +352,8 @@ def resumed_language(cfg, rd):
     old = OmegaConf.select(OmegaConf.load(f), "policy", default=None)
     if old is None or not old.get("language") or not old.get("language_encoder"): return
     OmegaConf.update(cfg, "policy.language_dim", int(old.language_dim), force_add=True)
+    if old.get("language_max_tokens"):
+        OmegaConf.update(cfg, "policy.language_max_tokens", int(old.language_max_tokens), force_add=True)
     OmegaConf.update(cfg, "policy.language_encoder", OmegaConf.to_container(old.language_encoder), force_add=True,
                      merge=False)
 

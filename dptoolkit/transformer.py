@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['time_embedding', 'causal_masks', 'TransformerDenoiser', 'AdaLNLayer', 'param_groups']
+__all__ = ['time_embedding', 'causal_masks', 'TransformerDenoiser', 'AdaLNLayer', 'InstructionTokens', 'param_groups']
 
 # %% ../nbs/04d_transformer.ipynb #b9d78cb5
 def time_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
@@ -33,10 +33,12 @@ class TransformerDenoiser(nn.Module):
     """A transformer over the noisy action chunk (diffusion_policy's `TransformerForDiffusion`, observations as
     conditioning, an MLP over the conditioning tokens): `forward(sample (B, T, D), timestep (B,) or scalar,
     global_cond (B, n_obs_steps × cond_dim)) -> (B, T, D)`, the U-Net's signature. `cond="adaln"`: `AdaLNLayer`s,
-    the conditioning also shifts, scales and gates every LayerNorm (DiT's adaLN-Zero) on top of cross-attention."""
+    the conditioning also shifts, scales and gates every LayerNorm (DiT's adaLN-Zero) on top of cross-attention.
+    `lang_tokens=(L, D)`: an instruction's L token embeddings ride at the end of `global_cond` and are attended to
+    (`InstructionTokens`)."""
     def __init__(self, input_dim: int, horizon: int, n_obs_steps: int, cond_dim: int, n_layer: int = 8,
                  n_head: int = 4, n_emb: int = 256, p_drop_emb: float = 0.0, p_drop_attn: float = 0.3,
-                 causal_attn: bool = True, cond: str = "cross"):
+                 causal_attn: bool = True, cond: str = "cross", lang_tokens: tuple | None = None):
         super().__init__()
         if n_emb % n_head: raise ValueError(f"policy.transformer.n_emb={n_emb} is not a multiple of n_head={n_head}")
         if cond not in ("cross", "adaln"):
@@ -53,30 +55,36 @@ class TransformerDenoiser(nn.Module):
             self.final_mod = nn.Linear(n_emb, 2 * n_emb)
         else: self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(
             n_emb, n_head, 4 * n_emb, p_drop_attn, activation="gelu", batch_first=True, norm_first=True), n_layer)
+        self.lang = InstructionTokens(*lang_tokens, n_emb) if lang_tokens else None
         masks = causal_masks(horizon, 1 + n_obs_steps) if causal_attn else (None, None)
+        if self.lang is not None and causal_attn:   # every action step reads the whole instruction
+            masks = masks[0], torch.cat([masks[1], torch.zeros(horizon, self.lang.n_tokens)], 1)
         self.register_buffer("mask", masks[0], persistent=False)
         self.register_buffer("memory_mask", masks[1], persistent=False)
         self.ln_f, self.head = nn.LayerNorm(n_emb), nn.Linear(n_emb, input_dim)
         self.apply(_init_weights)
-        for p in (self.pos_emb, self.cond_pos_emb): nn.init.normal_(p, 0.0, 0.02)
+        for p in (self.pos_emb, self.cond_pos_emb) + ((self.lang.pos_emb,) if self.lang else ()):
+            nn.init.normal_(p, 0.0, 0.02)
         if cond == "adaln":   # adaLN-Zero: every layer starts as the identity, the head unmodulated
             for m in [layer.mod for layer in self.decoder] + [self.final_mod]:
                 nn.init.zeros_(m.weight)
                 nn.init.zeros_(m.bias)
 
     def forward(self, sample, timestep, global_cond):
-        B = sample.shape[0]
+        B, lang, pad = sample.shape[0], None, None
+        if self.lang is not None: global_cond, lang, pad = self.lang(global_cond, 1 + self.n_obs_steps)
         t = torch.as_tensor(timestep, device=sample.device).reshape(-1).expand(B)
         time = time_embedding(t, self.n_emb).to(sample.dtype)[:, None]          # (B, 1, n_emb)
         obs = self.cond_obs_emb(global_cond.reshape(B, self.n_obs_steps, -1))   # (B, To, n_emb)
         memory = self.encoder(self.drop(torch.cat([time, obs], dim=1) + self.cond_pos_emb))
+        c = nn.functional.silu(memory.mean(1))                                  # (B, n_emb): time and observations
+        if lang is not None: memory = torch.cat([memory, self.drop(lang)], dim=1)
         x = self.drop(self.input_emb(sample) + self.pos_emb)
         if self.cond == "cross":
             # the causal hint given: detecting it compares the mask on the device and reads back (a sync per step)
             return self.head(self.ln_f(self.decoder(x, memory, tgt_mask=self.mask, memory_mask=self.memory_mask,
-                                                    tgt_is_causal=self.mask is not None)))
-        c = nn.functional.silu(memory.mean(1))                                  # (B, n_emb): time and observations
-        for layer in self.decoder: x = layer(x, memory, c, self.mask, self.memory_mask)
+                                                    memory_key_padding_mask=pad, tgt_is_causal=self.mask is not None)))
+        for layer in self.decoder: x = layer(x, memory, c, self.mask, self.memory_mask, pad)
         shift, scale = self.final_mod(c)[:, None].chunk(2, dim=-1)
         return self.head(self.ln_f(x) * (1 + scale) + shift)
 
@@ -110,14 +118,37 @@ class AdaLNLayer(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(n_emb, elementwise_affine=False) for _ in range(3))
         self.mod, self.drop = nn.Linear(n_emb, 9 * n_emb), nn.Dropout(p_drop)
 
-    def forward(self, x, memory, c, mask=None, memory_mask=None):
+    def forward(self, x, memory, c, mask=None, memory_mask=None, memory_pad=None):
         m = self.mod(c)[:, None].chunk(9, dim=-1)          # (shift, scale, gate) × (self, cross, mlp), each (B, 1, E)
         h = self.norms[0](x) * (1 + m[1]) + m[0]
         x = x + m[2] * self.drop(self.self_attn(h, h, h, attn_mask=mask, need_weights=False)[0])
         h = self.norms[1](x) * (1 + m[4]) + m[3]
-        x = x + m[5] * self.drop(self.cross_attn(h, memory, memory, attn_mask=memory_mask, need_weights=False)[0])
+        x = x + m[5] * self.drop(self.cross_attn(h, memory, memory, attn_mask=memory_mask, key_padding_mask=memory_pad,
+                                                 need_weights=False)[0])
         h = self.norms[2](x) * (1 + m[7]) + m[6]
         return x + m[8] * self.drop(self.mlp(h))
+
+# %% ../nbs/04d_transformer.ipynb #32940d1a
+class InstructionTokens(nn.Module):
+    """The instruction's `n_tokens` token embeddings (width `dim`) at the end of the condition, each token's values and
+    its mask bit (`language.pack_tokens`) → (the condition before them, the tokens as conditioning tokens (B, L, n_emb):
+    L2-normalised, projected, a learnt position each, the padding mask over `n_cond` + L keys (B, n_cond + L):
+    additive, -inf at the instruction's padding)."""
+    def __init__(self, n_tokens: int, dim: int, n_emb: int):
+        super().__init__()
+        self.n_tokens, self.dim = int(n_tokens), int(dim)
+        self.proj, self.pos_emb = nn.Linear(self.dim, n_emb), nn.Parameter(torch.zeros(1, self.n_tokens, n_emb))
+
+    @property
+    def width(self) -> int: return self.n_tokens * (self.dim + 1)
+
+    def forward(self, cond, n_cond: int):
+        B = cond.shape[0]
+        packed = cond[:, -self.width:].reshape(B, self.n_tokens, self.dim + 1)
+        tok = nn.functional.normalize(packed[..., :self.dim].float(), dim=-1).to(cond.dtype)
+        pad = torch.zeros_like(packed[..., -1]).masked_fill(packed[..., -1] < 0.5, float("-inf"))
+        pad = torch.cat([pad.new_zeros(B, n_cond), pad], 1)
+        return cond[:, :-self.width], self.proj(tok) + self.pos_emb, pad
 
 # %% ../nbs/04d_transformer.ipynb #dabf4c33
 def param_groups(module: nn.Module, weight_decay: float) -> list:

@@ -146,3 +146,44 @@ def test_a_rollout_in_a_task_is_told_that_tasks_instruction(tmp_path):
     said = {t: run_instruction(run, pol, None, "run", t)[0] for t in m.task_names}
     assert said == dict(zip(m.task_names, ["transfer the cube", "hand over the block"])), said
     assert run_instruction(run, pol, None, "run", "gym_pusht/PushT-v0")[0] in WORDS    # a task the store does not name
+
+
+def test_a_transformer_attends_to_the_instructions_tokens(tmp_path):
+    """policy.language_tokens=true: the windows carry each instruction's packed token embeddings, the transformer
+    denoiser attends to them, the run records how many, and `dpt rollout --instruction` encodes a new one as tokens
+    (cached apart from pooled embeddings); a U-Net asked to attend is refused in one line before a folder is made."""
+    pytest.importorskip("gym_pusht", reason="the rollout half plays PushT (pip install 'dptoolkit[sim]')")
+    import shutil
+    from omegaconf import OmegaConf
+    from dptoolkit.config import for_store
+    from dptoolkit.evaluate import load_policy
+    from dptoolkit.policy import PolicyError
+    from dptoolkit.sim import run_instruction
+    from dptoolkit.train import train
+    st = tmp_path / "p.zarr"
+    shutil.copytree(Path(__file__).parent / "data" / "pusht" / "pusht_fixture.zarr", st)
+    say = ["push the T onto the target", "slide the block into place"]
+    set_instructions(st, [say, say[0], say[1]])
+    enc = tiny_encoder(tmp_path / "enc", say + ["move the tee"], dim=16)
+    embed(st, enc, progress=False)
+    tiny = ["policy.num_inference_steps=2", "dataloader.batch_size=8", "training.max_steps=2", "policy.language=true",
+            "policy.language_tokens=true"]
+    with pytest.raises(PolicyError, match="the U-Net has no attention to read an instruction's tokens with"):
+        train(for_store(st, tiny), nprocs=1, run_dir=tmp_path / "unet", progress=False)
+    assert not (tmp_path / "unet").exists()
+    run = tmp_path / "run"
+    train(for_store(st, tiny + ["policy.denoiser=transformer", "policy.transformer.n_layer=1",
+                                "policy.transformer.n_emb=32", "policy.transformer.n_head=2"]),
+          nprocs=1, run_dir=run, progress=False)
+    p = OmegaConf.load(run / "config.yaml").policy
+    assert (p.language_dim, p.language_max_tokens) == (16, 32)
+    pol = load_policy(run)[0]
+    assert pol.model.lang.n_tokens == 32 and pol.language_proj is None
+    said, packed = run_instruction(run, pol, None, "run")                     # the store's, from the stored tokens
+    assert said in say and packed.shape == (32 * 17,)
+    assert packed.reshape(32, 17)[:, -1].sum() == load_encoder(enc).encode([said])[2].sum()   # its real tokens
+    r = dpt("rollout", run, "--instruction", "move the tee", "--episodes", 1, "--workers", 1, "--max-steps", 8,
+            "--json", check=0)
+    assert json.loads(r.stdout)[0]["episodes_table"][0]["instruction"] == "move the tee"
+    cached = json.loads((run / "instructions.json").read_text())[f"{p.language_encoder.sha256}+tokens32"]
+    assert len(cached["move the tee"]) == 32 * 17
