@@ -13,6 +13,9 @@ reward = coverage / 0.95 clipped to 1, success = coverage > 0.95).
                         checkpoint's score, the mean of the last --last checkpoints') and pooled over training seeds
   --sampling RUN        the final policy's cost per action chunk (one decision, batch 1) and score at --steps-list
                         denoising steps (DDPM's own 100 and fewer)
+  --chunk-cost RUN:STEPS ...
+                        ms per action chunk of each run at each number of steps, timed in one process (DDPM's and
+                        flow's costs measured side by side)
   --recipe-cost DIR     a few steps of each packaged PushT config at the paper's size and batch: what its full recipe
                         (5000 / 3050 epochs) would take on this machine
   --speedup             dpt train at 1 and 2 processes on the store (60 steps each, interleaved twice): samples/s
@@ -124,6 +127,29 @@ def sampling(a):
     return rows
 
 
+def chunk_cost(a):
+    """Each RUN:steps,... of --chunk-cost timed in this one process, one after another: ms per action chunk (one
+    decision, batch 1) at each number of denoising steps, so DDPM's and flow's costs share the machine's state."""
+    import torch
+    from dptoolkit.evaluate import load_policy
+    from dptoolkit.protocol import predict
+    rows = []
+    for spec in a.chunk_cost:
+        run, steps = spec.rsplit(":", 1)
+        pol = load_policy(run)[0]
+        obs = {k: torch.zeros(1, pol.n_obs_steps, pol.obs_encoder.low_dim[k]) for k in pol.low_dim_keys}
+        for n in map(int, steps.split(",")):
+            g = torch.Generator().manual_seed(0)
+            predict(pol, obs, g, n)
+            t = time.perf_counter()
+            for _ in range(20): predict(pol, obs, g, n)
+            ms = (time.perf_counter() - t) / 20 * 1e3
+            rows.append(dict(run=run, objective=type(pol.objective).__name__, steps=n, ms_per_chunk=ms))
+            print(f"{Path(run).name} ({rows[-1]['objective']}) {n:3d} steps: {ms:.1f} ms per chunk (batch 1, "
+                  f"{torch.get_num_threads()} threads)", flush=True)
+    return rows
+
+
 def recipe_cost(a):
     """What the paper's full recipes would cost on this machine: a few steps of each packaged config at its own size
     and batch (dpt train, 2 threads, rank-0 logs), then its epochs × steps per epoch at that speed."""
@@ -164,6 +190,7 @@ if __name__ == "__main__":
     p.add_argument("--sampling")
     p.add_argument("--speedup", action="store_true")
     p.add_argument("--recipe-cost", metavar="DIR")
+    p.add_argument("--chunk-cost", nargs="+", metavar="RUN:STEPS", help="e.g. runs/kp_s0:100,16 runs/flow:10,1")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1])
     p.add_argument("--steps", type=int, default=12000)
     p.add_argument("--steps-list", type=lambda s: [int(x) for x in s.split(",")], default=[100, 16, 8])
@@ -183,4 +210,5 @@ if __name__ == "__main__":
     if a.sampling: res["sampling"] = sampling(a)
     if a.speedup: res["speedup"] = speedup(a)
     if a.recipe_cost: res["recipe_cost"] = recipe_cost(a)
+    if a.chunk_cost: res["chunk_cost"] = chunk_cost(a)
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1, default=str))
