@@ -47,6 +47,8 @@ RECIPES = {"language": ["policy.language=true", "policy.language_noise=0"], "tas
                                "policy.transformer.n_layer=4", "policy.transformer.n_head=4",
                                "policy.transformer.n_emb=128", "policy.transformer.p_drop_attn=0.1",
                                "optimizer.weight_decay=1e-3", "optimizer.betas=[0.9,0.95]"]}
+# its control: the same transformer reading the pooled embedding (is it the tokens or the denoiser?)
+RECIPES["language-transformer"] = [o for o in RECIPES["language-tokens"] if o != "policy.language_tokens=true"]
 
 
 def sha256(p) -> str:
@@ -121,7 +123,8 @@ def train_run(out: Path, store: Path, recipe: str, seed: int, steps: int) -> Pat
     rd = out / f"{recipe}-s{seed}"
     if (rd / "result.json").exists() and json.loads((rd / "result.json").read_text()).get("completed"): return rd
     t0 = time.time()
-    extra = [f"policy.language_noise={NOISE[0]}"] if recipe in ("language-noise", "language-tokens") else []
+    extra = [f"policy.language_noise={NOISE[0]}"] if recipe in ("language-noise", "language-tokens",
+                                                                 "language-transformer") else []
     train(for_store(store, name="test", overrides=BC + RECIPES[recipe] + extra + [
         f"training.max_steps={steps}", f"training.checkpoint_every={steps}", f"training.seed={seed}"]),
         nprocs=1, run_dir=rd, progress=False)
