@@ -242,6 +242,7 @@ def cmd_train(a):
         finally:
             if dist.is_initialized(): dist.destroy_process_group()
         if res: print(json.dumps(res))
+        _RANK_ENDED.append("train")   # `console` ends this process as the launcher's own ranks end
         return
     _fork_server()   # now, before anything computes: the ranks' server as a fork of this process (launch)
     res = train(cfg, nprocs=a.nprocs, gpu_ids=a.gpu_ids, backend=a.backend, progress=not a.no_progress)
@@ -881,6 +882,7 @@ def cmd_finetune(a):
         finally:
             if dist.is_initialized(): dist.destroy_process_group()
         print(json.dumps(res))
+        _RANK_ENDED.append("finetune")
         return
     latest = Path(a.out) / "checkpoints" / "latest"
     if a.resume and not latest.exists():
@@ -1012,13 +1014,22 @@ def main(argv=None) -> int:
 
 
 # %% ../nbs/08_cli.ipynb #f14e0cb7
+_RANK_ENDED = []   # a rank torchrun / srun started has finished its work (cmd_train, cmd_finetune)
+
 def console(argv=None) -> int:
     """The `dpt` command itself (settings.ini's console script, and `python -m dptoolkit.cli`): `main`, then
     `gc.freeze()` as the process ends. An interpreter's end runs its last garbage collections over every object
     torch and diffusers made as they were imported: 1.2 s of CPU at the end of every command here, 0.3 s with them
     frozen (the objects are freed with the process all the same; Instagram's "Dismissing Python Garbage Collection").
-    Only where the process ends: in a kernel or a test, call `main`, which leaves the collector as it was."""
+    Only where the process ends: in a kernel or a test, call `main`, which leaves the collector as it was.
+    A rank that torchrun or srun started, its work done, its process group destroyed and its output flushed, ends
+    without the interpreter's finalization (`os._exit`), as multiprocessing ends the launcher's own ranks: a gloo
+    thread torn down during finalization once aborted such a rank after its last step ("terminate called without an
+    active exception"), and Slurm marked the finished job failed."""
     code = main(argv)
+    if _RANK_ENDED:
+        for f in (sys.stdout, sys.stderr): f.flush()
+        os._exit(int(code or 0))
     import gc
     gc.freeze()
     return code
