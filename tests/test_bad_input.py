@@ -503,6 +503,10 @@ def _logged(rd, n):
     try: return sum(1 for _ in open(rd / "logs.jsonl")) >= n
     except OSError: return False
 
+def _records(rd) -> list:
+    "The complete records of a run's logs.jsonl as it is being written (a last line still being written is skipped)."
+    return [json.loads(l) for l in open(rd / "logs.jsonl") if l.endswith("\n")]
+
 LONG = ["--no-progress", "training.max_steps=100000", "training.log_every=5", "training.checkpoint_every=100000"]
 
 def _signal_run(tmp, store, sig, after):
@@ -658,7 +662,7 @@ def _(tmp, store):
     try:
         _wait_for(lambda: _logged(tmp / "a", 2), a)
         b = _start(["train", "--config", "test", "--data", store, "--out", tmp / "b", *LONG], env=share)
-        _wait_for(lambda: any(json.loads(l).get("threads") == 1 for l in open(tmp / "a" / "logs.jsonl")), a, limit=300)
+        _wait_for(lambda: any(r.get("threads") == 1 for r in _records(tmp / "a")), a, limit=300)
         _wait_for(lambda: _logged(tmp / "b", 1), b, limit=300)   # past its banner (a can reshare before b prints it)
     finally:
         for p in (b, a):
