@@ -159,6 +159,35 @@ def judge(rd: Path, task: str, seeds: list, phrasings=None) -> dict:
     return dict(success=[bool(e["success"]) for e in eps], stage=[int(e["max_reward"]) for e in eps])
 
 
+def swap_check(runs, store: Path, n: int = 256) -> dict:
+    """Offline: does a run read its instruction? Its action error (MSE over the chunk, joint units, 10 Euler steps) on
+    `n` training windows of each task of the pair, told the window's own instruction and told the other task's first
+    seen phrasing."""
+    import torch
+    from dptoolkit.dataset import SequenceDataset
+    from dptoolkit.evaluate import load_policy
+    from dptoolkit.sim import PHRASINGS, run_instruction
+    out = {}
+    for rd in map(Path, runs):
+        pol = load_policy(rd)[0].eval()
+        ds = SequenceDataset(store, pol.horizon, pol.n_obs_steps, keys=["state", "env_state"],
+                             language="tokens" if pol.language_tokens else True)
+        res = {}
+        for t, other in (("transfer_cube", "lift_cube"), ("lift_cube", "transfer_cube")):
+            idx = np.random.default_rng(0).choice(np.flatnonzero(ds.window_task == ds.task_names.index(t)), n, False)
+            b = ds.__getitems__(idx.tolist())
+            swap = torch.as_tensor(run_instruction(rd, pol, PHRASINGS[other][0][0], rd.name)[1])[None].expand(n, -1)
+            err = []
+            for e in (b["instruction"], swap):
+                with torch.no_grad():
+                    a = pol.predict_action({**b["obs"], "instruction": e}, torch.Generator().manual_seed(0))
+                err.append(float(((a["action_pred"] - b["action"]) ** 2).mean()))
+            res[t] = dict(own=err[0], other=err[1], ratio=err[1] / err[0])
+        out[rd.name] = res
+        print(rd.name, json.dumps(res), flush=True)
+    return out
+
+
 def step_time(rd: Path) -> float:
     from dptoolkit.report import read_log
     df = read_log(rd)
@@ -208,8 +237,11 @@ def main():
     ap.add_argument("--noise", type=float, default=0.05, help="its σ (default 0.05)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="the tasks of the store (insertion: a third)")
     ap.add_argument("--recipes", default="language,task-index", help="those trained on --seeds")
+    ap.add_argument("--swap", nargs="+", type=Path, metavar="RUN", help="only the offline check: told the other "
+                    "task's instruction, how far do these runs' chunks move? (on --out's store)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    if a.swap: return print(json.dumps(swap_check(a.swap, a.out / "two.zarr"), indent=1))
     TASKS[:] = a.tasks.split(",")
     a.out.mkdir(parents=True, exist_ok=True)
     js = a.json or a.out / "language.json"
