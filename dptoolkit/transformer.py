@@ -77,7 +77,7 @@ class TransformerDenoiser(nn.Module):
         time = time_embedding(t, self.n_emb).to(sample.dtype)[:, None]          # (B, 1, n_emb)
         obs = self.cond_obs_emb(global_cond.reshape(B, self.n_obs_steps, -1))   # (B, To, n_emb)
         memory = self.encoder(self.drop(torch.cat([time, obs], dim=1) + self.cond_pos_emb))
-        c = nn.functional.silu(memory.mean(1))                                  # (B, n_emb): time and observations
+        if self.cond == "adaln": c = nn.functional.silu(memory.mean(1))        # (B, n_emb): time and observations
         if lang is not None: memory = torch.cat([memory, self.drop(lang)], dim=1)
         x = self.drop(self.input_emb(sample) + self.pos_emb)
         if self.cond == "cross":
