@@ -27,6 +27,9 @@ With insertion as a third task its demonstrations are noise-free (its expert kee
 instruction's token embeddings (each token noised by --noise), in place of the U-Net reading the pooled one.
 `language-noise`: the language recipe with `policy.language_noise` (σ of Gaussian noise on the unit-length embedding in
 training: the policy learns the neighbourhood of each phrasing, not ten points).
+`--more-phrasings`: the same episodes with twelve seen phrasings a task in place of five (`MORE`: seven recombinations
+of the words the task's five already use, checked below, so the unseen phrasings' other words stay unread), in a copy
+of the store (`two_more.zarr`), runs named `RECIPE+more-sN`; judged on the original five seen and the same unseen.
 """
 import argparse, hashlib, json, shutil, subprocess, sys, tempfile, time, zipfile
 from pathlib import Path
@@ -117,10 +120,10 @@ def data(out: Path, n: int, encoder: Path) -> Path:
     return m
 
 
-def train_run(out: Path, store: Path, recipe: str, seed: int, steps: int) -> Path:
+def train_run(out: Path, store: Path, recipe: str, seed: int, steps: int, tag: str = "") -> Path:
     from dptoolkit.config import for_store
     from dptoolkit.train import train
-    rd = out / f"{recipe}-s{seed}"
+    rd = out / f"{recipe}{tag}-s{seed}"
     if (rd / "result.json").exists() and json.loads((rd / "result.json").read_text()).get("completed"): return rd
     t0 = time.time()
     extra = [f"policy.language_noise={NOISE[0]}"] if recipe in ("language-noise", "language-tokens",
@@ -133,6 +136,44 @@ def train_run(out: Path, store: Path, recipe: str, seed: int, steps: int) -> Pat
 
 
 NOISE = [0.05]
+
+# --more-phrasings: seven more seen phrasings a task, each made only of words its five seen phrasings already use
+MORE = {"transfer_cube": ["pass the cube to the left gripper", "give the red block to the left arm",
+                          "move the red cube to the left hand", "pick up the block and hand it over to the left arm",
+                          "transfer the red block from the right arm to the left arm", "hand the cube to the left hand",
+                          "pick up the red cube with the right gripper and give it to the left gripper"],
+        "lift_cube": ["raise the red cube with the right arm and keep it up",
+                      "lift the block with the right gripper and hold it there",
+                      "grab the red block with the right hand and keep it in the air",
+                      "pick up the cube with the right hand and hold it up",
+                      "hold the red block up in the air with the right arm", "lift the red cube and keep it up",
+                      "grab the block with the right gripper and raise it"],
+        "insertion": ["insert the red peg into the blue socket", "put the peg into the socket",
+                      "pick up the peg and push the peg into the socket", "fit the red peg inside the blue socket",
+                      "grab the peg and the socket and insert the peg", "push the red peg in",
+                      "put the peg inside the blue socket"]}
+
+
+def more_store(out: Path, store: Path) -> Path:
+    "A copy of `store` whose episodes read their task's five seen phrasings and `MORE`'s seven, embedded."
+    from dptoolkit.language import embed, episode_instructions, set_instructions
+    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.store import describe
+    for t, ps in MORE.items():   # the rule: no word a task's five seen phrasings do not already use
+        words = {w for p in PHRASINGS[t][0] for w in p.split()}
+        new = sorted({w for p in ps for w in p.split()} - words)
+        assert not new and len(set(ps)) == 7 and not set(ps) & set(PHRASINGS[t][0] + PHRASINGS[t][1]), (t, new)
+    m = out / "two_more.zarr"
+    if (m / "meta" / "instruction_embedding").exists(): return m
+    shutil.copytree(store, m, dirs_exist_ok=True)
+    info = describe(m)
+    import zarr
+    et = np.asarray(zarr.open_group(str(m), mode="r")["meta/episode_task"][:])
+    old = episode_instructions(m)
+    assert all(o == PHRASINGS[info.task_names[t]][0] for o, t in zip(old, et))
+    set_instructions(m, [PHRASINGS[info.task_names[t]][0] + MORE[info.task_names[t]] for t in et])
+    print(embed(m, out / "minilm", progress=False)["instructions"][:3], flush=True)
+    return m
 
 
 def judge(rd: Path, task: str, seeds: list, phrasings=None) -> dict:
@@ -239,6 +280,8 @@ def main():
     ap.add_argument("--recipes", default="language,task-index", help="those trained on --seeds")
     ap.add_argument("--swap", nargs="+", type=Path, metavar="RUN", help="only the offline check: told the other "
                     "task's instruction, how far do these runs' chunks move? (on --out's store)")
+    ap.add_argument("--more-phrasings", action="store_true", help="twelve seen phrasings a task (MORE) in place of five")
+    ap.add_argument("--judge-tasks", default="", help="judge only these tasks (default: every task of the store)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.swap: return print(json.dumps(swap_check(a.swap, a.out / "two.zarr"), indent=1))
@@ -250,6 +293,8 @@ def main():
     done["encoder"] = {**check_encoder(folder), "wheel": WHEEL, "wheel_sha256": wheel_sha}
     print(json.dumps(done["encoder"], indent=1), flush=True)
     store = data(a.out, a.demos, folder)
+    if a.more_phrasings: store = more_store(a.out, store)
+    tag = "+more" if a.more_phrasings else ""
     from dptoolkit.sim import PHRASINGS
     seeds = list(range(1000, 1000 + a.episodes))
     plan = [(r, s) for s in map(int, a.seeds.split(",")) for r in a.recipes.split(",")]
@@ -257,11 +302,11 @@ def main():
     plan += [("language-noise", int(s)) for s in a.noise_seeds.split(",") if s != ""]
     NOISE[0] = a.noise
     for recipe, s in plan:
-        rd = train_run(a.out, store, recipe, s, a.steps)
+        rd = train_run(a.out, store, recipe, s, a.steps, tag)
         done.setdefault("step_time_s", {})[rd.name] = step_time(rd)
         for said in (("seen", "unseen") if recipe.startswith("language") else ("—",)):
-            key = f"{recipe}|{said}"
-            for t in TASKS:
+            key = f"{recipe}{tag}|{said}"
+            for t in (a.judge_tasks.split(",") if a.judge_tasks else TASKS):
                 if str(s) in done.get(key, {}) and t in done[key][str(s)]: continue
                 t0 = time.time()
                 ps = None if said == "—" else PHRASINGS[t][0 if said == "seen" else 1]
@@ -272,7 +317,7 @@ def main():
                 js.write_text(json.dumps(done, indent=1))
     res = {tuple(k.split("|")): v for k, v in done.items() if "|" in k}
     print(table(res))
-    for recipe in ("language", "language-noise", "language-tokens"):
+    for recipe in ("language", "language-noise", "language-tokens", "language-noise+more"):
         if f"{recipe}|seen" in done: print(per_phrasing(done, recipe))
     print("median step time (s):", json.dumps(done["step_time_s"]))
 
