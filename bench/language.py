@@ -50,6 +50,10 @@ RECIPES = {"language": ["policy.language=true", "policy.language_noise=0"], "tas
                                "policy.transformer.n_layer=4", "policy.transformer.n_head=4",
                                "policy.transformer.n_emb=128", "policy.transformer.p_drop_attn=0.1",
                                "optimizer.weight_decay=1e-3", "optimizer.betas=[0.9,0.95]"]}
+# issue 47's pixel transformer (8 × 256, attention dropout 0.3: 69 % from pixels at 4000 steps) attending to the tokens
+RECIPES["language-tokens-large"] = [o for o in RECIPES["language-tokens"] if "n_layer" not in o and "n_emb" not in o
+                                    and "p_drop_attn" not in o] + [
+    "policy.transformer.n_layer=8", "policy.transformer.n_emb=256", "policy.transformer.p_drop_attn=0.3"]
 # its control: the same transformer reading the pooled embedding (is it the tokens or the denoiser?)
 RECIPES["language-transformer"] = [o for o in RECIPES["language-tokens"] if o != "policy.language_tokens=true"]
 
@@ -127,7 +131,7 @@ def train_run(out: Path, store: Path, recipe: str, seed: int, steps: int, tag: s
     if (rd / "result.json").exists() and json.loads((rd / "result.json").read_text()).get("completed"): return rd
     t0 = time.time()
     extra = [f"policy.language_noise={NOISE[0]}"] if recipe in ("language-noise", "language-tokens",
-                                                                 "language-transformer") else []
+                                                                 "language-transformer", "language-tokens-large") else []
     train(for_store(store, name="test", overrides=BC + RECIPES[recipe] + extra + [
         f"training.max_steps={steps}", f"training.checkpoint_every={steps}", f"training.seed={seed}"]),
         nprocs=1, run_dir=rd, progress=False)
