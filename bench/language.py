@@ -297,7 +297,13 @@ def main():
     done["encoder"] = {**check_encoder(folder), "wheel": WHEEL, "wheel_sha256": wheel_sha}
     print(json.dumps(done["encoder"], indent=1), flush=True)
     store = data(a.out, a.demos, folder)
+    from dptoolkit.sim import PHRASINGS
     if a.more_phrasings: store = more_store(a.out, store)
+    from dptoolkit.language import instruction_reading
+    unseen = [p for t in TASKS for p in PHRASINGS[t][1]]
+    reading = instruction_reading(store, unseen, encoder=folder, noise=a.noise)   # before any policy: how they read
+    print(reading.to_string(), flush=True)
+    done["reading" + ("+more" if a.more_phrasings else "")] = reading.reset_index().to_dict("records")
     tag = "+more" if a.more_phrasings else ""
     from dptoolkit.sim import PHRASINGS
     seeds = list(range(1000, 1000 + a.episodes))

@@ -15,7 +15,7 @@ from .store import StoreError, describe, open_store
 # %% auto #0
 __all__ = ['LanguageError', 'episode_instructions', 'set_instructions', 'distinct_instructions', 'held_out_instructions',
            'set_held_out', 'Encoder', 'load_encoder', 'tiny_encoder', 'embedded', 'embed', 'pack_tokens',
-           'instruction_table']
+           'instruction_table', 'instruction_reading']
 
 # %% ../nbs/03c_language.ipynb #8a4f3710
 class LanguageError(StoreError):
@@ -140,6 +140,7 @@ def load_encoder(name_or_folder, max_tokens: int = 32) -> Encoder:
 def tiny_encoder(folder, words, dim: int = 32, seed: int = 0) -> Path:
     "A random one-layer BERT of width `dim` and a vocabulary of `words`' words, saved in `folder` (for tests)."
     import torch, transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel, BertTokenizerFast
     _quiet(transformers)
     folder = Path(folder)
@@ -149,7 +150,13 @@ def tiny_encoder(folder, words, dim: int = 32, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     BertModel(BertConfig(vocab_size=len(vocab), hidden_size=dim, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=2 * dim, max_position_embeddings=64)).save_pretrained(folder)
-    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    # the WordPiece tokenizer built with `tokenizers` (transformers 5 ignores BertTokenizerFast's vocab_file: all [UNK])
+    tk = Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    tk.normalizer, tk.pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    tk.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                                      special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    BertTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                      mask_token="[MASK]").save_pretrained(folder)
     return folder
 
 # %% ../nbs/03c_language.ipynb #e8667b01
@@ -197,3 +204,48 @@ def instruction_table(store, tokens: bool = False) -> tuple:
     z = open_store(store)
     if tokens: return pack_tokens(z["meta/instruction_tokens"][:], z["meta/instruction_mask"][:]), per
     return np.asarray(z["meta/instruction_embedding"][:]), per
+
+# %% ../nbs/03c_language.ipynb #f9d6fdd3
+def _store_encoder(store, encoder):
+    "The encoder that embedded `store` (its record's name, or `encoder`), refused if its weights differ."
+    rec = embedded(store) or {}
+    enc = encoder if isinstance(encoder, Encoder) else load_encoder(encoder or rec.get("encoder"))
+    if enc.sha256 != rec.get("sha256"):
+        raise LanguageError(f"{store}: its instructions were embedded by {rec.get('encoder')} (sha256 "
+                            f"{str(rec.get('sha256'))[:12]}); {enc.name} is another (sha256 {enc.sha256[:12]})")
+    return enc
+
+def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, fits: int = 5, steps: int = 300):
+    """A DataFrame, one row per instruction: the probability of each of the store's tasks under a linear readout of
+    its embedded instructions (each labelled with its episodes' task; trained with Gaussian `noise` on the unit-length
+    embeddings, as `policy.language_noise`; the mean of `fits` seeded fits), and `reads_as`, the likeliest task.
+    New instructions are encoded by the store's encoder (`encoder`: a folder, name or `Encoder` with its weights)."""
+    import pandas as pd, torch
+    import torch.nn.functional as F
+    E, per = instruction_table(store)
+    info = describe(store)
+    task = np.asarray(open_store(store)["meta/episode_task"][:]) if info.task_names else np.zeros(len(per), int)
+    pairs = sorted({(r, int(t)) for rows, t in zip(per, task) for r in rows})
+    if len({t for _, t in pairs}) < 2:
+        raise LanguageError(f"{store}: instruction_reading tells tasks apart: it needs the instructions of two or "
+                            "more tasks (meta/episode_task); merge the tasks' stores first")
+    names = list(info.task_names)
+    U = F.normalize(torch.as_tensor(_store_encoder(store, encoder).encode(list(instructions))[0]).float(), dim=-1)
+    X = F.normalize(torch.as_tensor(E[[r for r, _ in pairs]]).float(), dim=-1).repeat(20, 1)
+    y = torch.tensor([t for _, t in pairs]).repeat(20)
+    P = torch.zeros(len(U), len(names))
+    for f in range(fits):
+        g = torch.Generator().manual_seed(f)
+        lin = torch.nn.Linear(X.shape[1], len(names))
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * 0.01)
+            lin.bias.zero_()
+        opt = torch.optim.Adam(lin.parameters(), lr=1e-2)
+        for _ in range(steps):
+            loss = F.cross_entropy(lin(F.normalize(X + noise * torch.randn(X.shape, generator=g), dim=-1)), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad(): P += torch.softmax(lin(U), -1) / fits
+    df = pd.DataFrame(P.numpy().round(3), index=pd.Index(list(instructions), name="instruction"), columns=names)
+    return df.assign(reads_as=df[names].idxmax(axis=1))
