@@ -218,7 +218,7 @@ def _store_encoder(store, encoder):
 def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, fits: int = 5, steps: int = 300):
     """A DataFrame, one row per instruction: the probability of each of the store's tasks under a linear readout of
     its embedded instructions (each labelled with its episodes' task; trained with Gaussian `noise` on the unit-length
-    embeddings, as `policy.language_noise`; the mean of `fits` seeded fits), and `reads_as`, the likeliest task.
+    embeddings, as `policy.language_noise`; the mean of `fits` fits), and `reads_as`, the likeliest task.
     New instructions are encoded by the store's encoder (`encoder`: a folder, name or `Encoder` with its weights)."""
     import pandas as pd, torch
     import torch.nn.functional as F
@@ -233,19 +233,19 @@ def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, 
     U = F.normalize(torch.as_tensor(_store_encoder(store, encoder).encode(list(instructions))[0]).float(), dim=-1)
     X = F.normalize(torch.as_tensor(E[[r for r, _ in pairs]]).float(), dim=-1).repeat(20, 1)
     y = torch.tensor([t for _, t in pairs]).repeat(20)
-    P = torch.zeros(len(U), len(names))
-    for f in range(fits):
-        g = torch.Generator().manual_seed(f)
-        lin = torch.nn.Linear(X.shape[1], len(names))
-        with torch.no_grad():
-            lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * 0.01)
-            lin.bias.zero_()
-        opt = torch.optim.Adam(lin.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)     # the `fits` readouts trained side by side, one batched matmul a step
+    W = (torch.randn(fits, X.shape[1], len(names), generator=g) * 0.01).requires_grad_()
+    b = torch.zeros(fits, 1, len(names), requires_grad=True)
+    opt, threads = torch.optim.Adam([W, b], lr=1e-2), torch.get_num_threads()
+    torch.set_num_threads(1)                 # small matrices: one thread is fastest, and fastest on a busy machine
+    try:
         for _ in range(steps):
-            loss = F.cross_entropy(lin(F.normalize(X + noise * torch.randn(X.shape, generator=g), dim=-1)), y)
+            x = F.normalize(X + noise * torch.randn((fits, *X.shape), generator=g), dim=-1)
+            loss = F.cross_entropy((x @ W + b).reshape(-1, len(names)), y.repeat(fits))
             opt.zero_grad()
             loss.backward()
             opt.step()
-        with torch.no_grad(): P += torch.softmax(lin(U), -1) / fits
+    finally: torch.set_num_threads(threads)
+    with torch.no_grad(): P = torch.softmax(U @ W + b, -1).mean(0)
     df = pd.DataFrame(P.numpy().round(3), index=pd.Index(list(instructions), name="instruction"), columns=names)
     return df.assign(reads_as=df[names].idxmax(axis=1))
