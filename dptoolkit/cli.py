@@ -10,8 +10,8 @@ from pathlib import Path
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_embed', 'cmd_merge',
-           'cmd_convert', 'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report',
+__all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
+           'cmd_embed', 'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report',
            'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo',
            'cmd_demo', 'cmd_study', 'cmd_finetune', 'build_parser', 'threading_main', 'main', 'console']
 
@@ -120,13 +120,6 @@ def cmd_cache(a):
     size = sum(c.file(k).stat().st_size for k in keys)
     print(f"cached {', '.join(keys)} of {a.store}: {_fmt_bytes(size)} in {c.dir} ({time.time() - t0:.1f} s)")
 
-def cmd_embed(a):
-    from dptoolkit.language import embed
-    r = embed(a.store, a.encoder, progress=False)
-    what = "embedded" if r["computed"] else "already embedded (nothing to do)"
-    print(f"{a.store}: {len(r['instructions'])} instruction(s) {what} with {r['encoder']} ({r['dim']} values, "
-          f"weights sha256 {r['sha256'][:12]})")
-
 def cmd_merge(a):
     from dptoolkit.merge import merge
     keys = a.keys.split(",") if a.keys else None
@@ -148,6 +141,26 @@ def cmd_convert(a):
     if a.to: print(f"wrote {out}: a LeRobot v3.0 dataset (LeRobotDataset(repo_id, root='{out}') loads it)")
     else: print(out)
     print(f"converted in {time.time() - t0:.1f} s")
+
+# %% ../nbs/08_cli.ipynb #ba158086
+def cmd_embed(a):
+    from dptoolkit.language import LanguageError, embed, held_out_instructions, instruction_reading, load_encoder
+    enc = load_encoder(a.encoder)
+    r = embed(a.store, enc, progress=False)
+    what = "embedded" if r["computed"] else "already embedded (nothing to do)"
+    print(f"{a.store}: {len(r['instructions'])} instruction(s) {what} with {r['encoder']} ({r['dim']} values, "
+          f"weights sha256 {r['sha256'][:12]})")
+    held = [(t, p) for t, ps in held_out_instructions(a.store).items() for p in ps]
+    try: rd = instruction_reading(a.store, [p for _, p in held], encoder=enc) if held else None
+    except LanguageError: rd = None               # the instructions of one task: nothing to tell apart
+    if rd is None: return
+    print("held-out phrasings, as a linear readout of the stored embeddings reads them (language.instruction_reading):")
+    for (t, p), (_, row) in zip(held, rd.iterrows()):
+        own = f"{t} {row[t]:.2f}" if t in rd.columns else f"{t} not in the store"
+        other = row.reads_as != t and (t in rd.columns or row[row.reads_as] > 0.5)
+        print(f"  {p!r} (held out for {t}): {own}" + (f"; reads as {row.reads_as} {row[row.reads_as]:.2f}"
+              + ("  <- another task: a policy will likely act on it as that one" if t in rd.columns else "")
+              if other else ""))
 
 # %% ../nbs/08_cli.ipynb #3fec3607
 def _print_memory(cfg, n: int):
@@ -663,7 +676,9 @@ COMMANDS.update({
                     "dataset, dpt merge, or language.set_instructions) once with a text encoder loaded by transformers "
                     "from a folder or a name in the local Hugging Face cache, and store the pooled and token "
                     "embeddings in meta/ with the encoder's name and weights' sha256 (language chapter). Again with "
-                    "the same encoder and instructions: nothing to do.",
+                    "the same encoder and instructions: nothing to do. Then, for a store of two or more tasks with "
+                    "held-out phrasings, how a linear readout of the embeddings reads each (instruction_reading): one "
+                    "it gives to another task is one a policy will likely act on as that task.",
         examples=["dpt embed demos.zarr --encoder ./all-MiniLM-L6-v2",
                   "dpt embed demos.zarr --encoder sentence-transformers/all-MiniLM-L6-v2"],
         args=[_a("store", help="the replay-buffer zarr store"),

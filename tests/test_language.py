@@ -1,7 +1,7 @@
 """Issue 80, the data half: instructions travel with the store (a LeRobot dataset's tasks in, merge keeps them, dpt
 inspect lists them) and `dpt embed` encodes each distinct one once with a text encoder loaded by `transformers` (a tiny
 random BERT built here stands for all-MiniLM-L6-v2: CI downloads no weights); bad input gets one line each."""
-import json
+import json, re
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,7 @@ from conftest import dpt
 from dptoolkit.language import (LanguageError, embed, episode_instructions, instruction_table, load_encoder,
                                 held_out_instructions, set_held_out, set_instructions, tiny_encoder)
 from dptoolkit.merge import merge
-from dptoolkit.store import sample_data
+from dptoolkit.store import describe, sample_data
 
 LEROBOT = Path(__file__).parent / "data" / "lerobot" / "written_by_lerobot"
 WORDS = ["transfer the cube", "hand over the block", "pass the cube to the left arm"]
@@ -67,6 +67,15 @@ def test_merge_keeps_instructions_and_dpt_embed_encodes_each_once(tmp_path):
     assert E.shape == (2, 32) and per == [[0, 1], [0], [], []]
     np.testing.assert_allclose(E, load_encoder(enc).encode(["transfer the cube", "pass the cube to the left arm"])[0],
                                atol=1e-6)
+    names = describe(m).task_names                 # both tasks told: dpt embed says how the held-out phrasings read
+    set_instructions(m, [["transfer the cube", "pass the cube to the left arm"], ["transfer the cube"],
+                         ["slot the peg in the socket"], ["insert the peg"]])
+    set_held_out(m, {names[0]: ["pass the cube"], names[1]: ["insert the peg in the socket"]})
+    out = dpt("embed", m, "--encoder", enc, check=0).stdout
+    assert "4 instruction(s) embedded" in out, out
+    lines = [ln for ln in out.splitlines() if "(held out for" in ln]
+    assert len(lines) == 2 and re.search(rf"'pass the cube' \(held out for {names[0]}\): {names[0]} [01]\.\d\d",
+                                         lines[0]), out
 
 
 def test_bad_input_one_line_each(tmp_path):
