@@ -222,6 +222,9 @@ def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, 
     New instructions are encoded by the store's encoder (`encoder`: a folder, name or `Encoder` with its weights)."""
     import pandas as pd, torch
     import torch.nn.functional as F
+    instructions = [instructions] if isinstance(instructions, str) else list(instructions)
+    if not instructions or not all(isinstance(x, str) and x.strip() for x in instructions):
+        raise LanguageError(f"instruction_reading: give one or more non-empty instructions (got {instructions!r})")
     E, per = instruction_table(store)
     info = describe(store)
     task = np.asarray(open_store(store)["meta/episode_task"][:]) if info.task_names else np.zeros(len(per), int)
@@ -230,7 +233,7 @@ def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, 
         raise LanguageError(f"{store}: instruction_reading tells tasks apart: it needs the instructions of two or "
                             "more tasks (meta/episode_task); merge the tasks' stores first")
     names = list(info.task_names)
-    U = F.normalize(torch.as_tensor(_store_encoder(store, encoder).encode(list(instructions))[0]).float(), dim=-1)
+    U = F.normalize(torch.as_tensor(_store_encoder(store, encoder).encode(instructions)[0]).float(), dim=-1)
     X = F.normalize(torch.as_tensor(E[[r for r, _ in pairs]]).float(), dim=-1).repeat(20, 1)
     y = torch.tensor([t for _, t in pairs]).repeat(20)
     g = torch.Generator().manual_seed(0)     # the `fits` readouts trained side by side, one batched matmul a step
@@ -247,5 +250,5 @@ def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, 
             opt.step()
     finally: torch.set_num_threads(threads)
     with torch.no_grad(): P = torch.softmax(U @ W + b, -1).mean(0)
-    df = pd.DataFrame(P.numpy().round(3), index=pd.Index(list(instructions), name="instruction"), columns=names)
+    df = pd.DataFrame(P.numpy().round(3), index=pd.Index(instructions, name="instruction"), columns=names)
     return df.assign(reads_as=df[names].idxmax(axis=1))
