@@ -303,9 +303,8 @@ def main():
     unseen = [p for t in TASKS for p in PHRASINGS[t][1]]
     reading = instruction_reading(store, unseen, encoder=folder, noise=a.noise)   # before any policy: how they read
     print(reading.to_string(), flush=True)
-    done["reading" + ("+more" if a.more_phrasings else "")] = reading.reset_index().to_dict("records")
     tag = "+more" if a.more_phrasings else ""
-    from dptoolkit.sim import PHRASINGS
+    done["reading" + tag] = reading.reset_index().to_dict("records")
     seeds = list(range(1000, 1000 + a.episodes))
     plan = [(r, s) for s in map(int, a.seeds.split(",")) for r in a.recipes.split(",")]
     plan += [("blind", int(s)) for s in a.blind_seeds.split(",") if s != ""]
