@@ -13,7 +13,7 @@ at every log step (same seed). On CPU, `--quick` runs the same rows on the small
 Issue 47's families (`--families`, default U-Net + flow and transformer + flow) add `dpt train bf16 <family>` rows, eager
 and compiled, on the same camera store and batch.
 Usage: python bench/gpu.py [--steps 300] [--batch 128] [--gb 1.5] [--store PATH] [--skip compiled,...] [--families F,..]
-       [--compiled-families F,..] [--quick]
+       [--compiled-families F,..] [--strategies fsdp] [--quick]
 On the lent GPU machine (its image has torch, torchvision, safetensors, tqdm, pandas, psutil, cloudpickle but not the
 rest of our requirements): carry wheels for zarr, numcodecs, donfig, crc32c, omegaconf, antlr4-python3-runtime,
 diffusers and fastcore (the device README says how), then run this with PYTHONPATH at them and at this checkout.
@@ -121,6 +121,9 @@ def train_rows(cfg, store, a, root):
         if fam in compiled.split(","):
             runs += [(f"dpt train bf16 compiled {fam}", ["training.mixed_precision=bf16", "training.compile=true",
                                                          *FAMILY[fam]])]
+    for st in filter(None, a.strategies.split(",")):   # issue 82: FSDP2 on the same store, batch and precision
+        runs += [(f"dpt train bf16 {st}", ["training.mixed_precision=bf16", "training.compile=false",
+                                           f"training.strategy={st}"])]
     for name, ov in runs:
         if "compiled" in name and "compiled" in a.skip: continue
         if "fp32 compiled" in name and (a.quick or "fp32_compiled" in a.skip): continue
@@ -140,7 +143,8 @@ def train_rows(cfg, store, a, root):
         rows[name] = (med, iqr)
         logs[name] = log
         share = float((steady.data_time_s / steady.step_time_s).median())
-        print(f"{name}: {med:,.0f} samples/s (IQR {iqr:,.0f}), data share {share:.2%}, loss {log.loss.iloc[0]:.3f} → "
+        mem = f", peak {steady.mem_mb.max():,.0f} MB" if "mem_mb" in steady else ""
+        print(f"{name}: {med:,.0f} samples/s (IQR {iqr:,.0f}), data share {share:.2%}{mem}, loss {log.loss.iloc[0]:.3f} → "
               f"{log.loss.iloc[-1]:.3f}, {time.perf_counter() - t:.0f} s", flush=True)
     return rows, logs
 
@@ -156,6 +160,8 @@ def main():
     ap.add_argument("--families", default="unet+flow,transformer+flow",
                     help="policy families (bench/policies.py) also trained bf16, eager and compiled; '' for none")
     ap.add_argument("--compiled-families", help="of those, the ones also trained compiled (default: all)")
+    ap.add_argument("--strategies", default="", help="also `dpt train bf16` under these training.strategy values "
+                    "(fsdp: FSDP2 at this world size)")
     ap.add_argument("--quick", action="store_true", help="the small test config on a small store (CPU smoke test)")
     ap.add_argument("--json", type=Path, help="also write the table as JSON")
     a = ap.parse_args()

@@ -1,7 +1,9 @@
 """Which part of the transformer + flow policy fails under torch.compile on CUDA? One variant per process (an illegal
 memory access poisons the context): bare bf16 training steps (forward, backward, AdamW) at batch 128 on robot_dp_14's
 camera policy, eager then compiled. Usage: python bench/gpu_compile_probe.py VARIANT
-(cross | nocausal | adaln | unet | regional: the encoder and the denoiser compiled apart)"""
+(cross | nocausal | adaln | unet | regional: the encoder and the denoiser compiled apart | denoiser: the denoiser alone
+compiled, the camera encoder eager | encoder: the encoder alone compiled | nosplit: the whole model with inductor's
+split reductions off | nopersist: ... with persistent reductions off)"""
 import sys, time, traceback
 from pathlib import Path
 import torch
@@ -14,7 +16,7 @@ from omegaconf import OmegaConf
 v = sys.argv[1]
 store = Path("/tmp/probe.zarr")
 if not store.exists(): make_store(store, 0.1)
-extra = {"cross": [], "regional": [], "nocausal": ["policy.transformer.causal_attn=false"],
+extra = {"cross": [], "regional": [], "denoiser": [], "encoder": [], "nosplit": [], "nopersist": [], "nocausal": ["policy.transformer.causal_attn=false"],
          "adaln": ["policy.transformer.cond=adaln"]}
 ov = FAMILY["unet+flow"] if v == "unet" else FAMILY["transformer+flow"] + extra[v]
 f = Path(f"/tmp/probe-{v}.yaml"); f.write_text(OmegaConf.to_yaml(for_store(store, name="robot_dp_14")))
@@ -50,6 +52,14 @@ try:
     if v == "regional":   # the observation encoder and the denoiser compiled apart, the loss around them eager
         model.obs_encoder.compile(); model.model.compile()
         net = model
+    elif v in ("denoiser", "encoder"):   # one part compiled, the rest eager
+        (model.model if v == "denoiser" else model.obs_encoder).compile()
+        net = model
+    elif v in ("nosplit", "nopersist"):
+        import torch._inductor.config as ic
+        if v == "nosplit": ic.split_reductions = False
+        else: ic.triton.persistent_reductions = False
+        net = torch.compile(model)
     else: net = torch.compile(model)
     sps = run(net, 3)
     print(f"{v}: compiled {sps:,.0f} samples/s (compile + 23 steps {time.perf_counter() - t:.0f} s)", flush=True)
