@@ -9,7 +9,10 @@ batch 64, DDPM 100, EMA, 90 of the 206 demonstrations), bf16, on diffusion_polic
 3. that checkpoint played on the paper's 50 test seeds (100000 …, 300 steps, lockstep, the policy on the GPU) → score
    (mean of each episode's highest coverage) and success with Wilson intervals.
 One training seed: the score is what the minutes allow, not the recipe's converged figure.
-Usage: python bench/gpu_pusht.py --store PATH [--eager-steps 0] [--compile false] [--train-s 150] [--episodes 50] [--workers 2]
+The store travels to a lent machine (64 MiB with the wheels): `--compact SRC DST` writes a copy of diffusion_policy's
+store whose `img` is uint8 (the float32 array holds the integers 65–255 exactly) under blosc-zstd 9: 13 MB, not 31.
+Usage: python bench/gpu_pusht.py --compact ../shared/data/pusht/pusht_cchi_v7_replay.zarr .gpu/pusht.zarr
+       python bench/gpu_pusht.py --store PATH [--eager-steps 0] [--compile false] [--train-s 150] [--episodes 50] [--workers 2]
        [--out DIR] [--json F] [--quick]  (--quick: a 4 M U-Net and a few steps, a CPU smoke test)
 """
 import argparse, json, statistics, tempfile, time
@@ -38,14 +41,34 @@ def _cost(r):
     return r
 
 
+def compact(src: Path, dst: Path):
+    "A copy of the store at `dst` with `data/img` as uint8 (refused unless the floats are whole numbers in 0–255)."
+    import shutil
+    import numpy as np
+    import zarr
+    from numcodecs import Blosc
+    img = zarr.open_group(str(src), mode="r")["data/img"][:]
+    if img.min() < 0 or img.max() > 255 or not np.array_equal(img, np.round(img)):
+        raise SystemExit(f"{src}/data/img: not whole numbers in 0-255; a uint8 copy would change it")
+    shutil.copytree(src, dst)
+    shutil.rmtree(dst / "data" / "img")
+    a = zarr.create(store=str(dst / "data" / "img"), shape=img.shape, chunks=(161, *img.shape[1:]), dtype="u1",
+                    zarr_format=2, compressor=Blosc(cname="zstd", clevel=9, shuffle=Blosc.BITSHUFFLE))
+    a[:] = img.astype(np.uint8)
+    print(f"{dst}: img as uint8, {sum(f.stat().st_size for f in dst.rglob('*') if f.is_file()) / 1e6:.1f} MB")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--store", type=Path, required=True); ap.add_argument("--eager-steps", type=int, default=0)
+    ap.add_argument("--compact", nargs=2, type=Path, metavar=("SRC", "DST"))
+    ap.add_argument("--store", type=Path); ap.add_argument("--eager-steps", type=int, default=0)
     ap.add_argument("--compile", default="false")
     ap.add_argument("--train-s", type=float, default=150); ap.add_argument("--episodes", type=int, default=50)
     ap.add_argument("--workers", type=int, default=2); ap.add_argument("--out", type=Path)
     ap.add_argument("--json", type=Path); ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    if a.compact: return compact(*a.compact)
+    if a.store is None: ap.error("--store is required (or --compact SRC DST)")
     import torch
     from dptoolkit.config import for_store
     from dptoolkit.train import train

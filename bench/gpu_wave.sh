@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One lent GPU call (about 15 device minutes a session), the four checks of issue 82 each under its own time limit, so
 # one that fails or hangs leaves the others their time. Run on the device machine from the repository root with the
-# wheels in .whl/ and diffusion_policy's PushT store (img as uint8) in .gpu/pusht.zarr (both git-ignored, carried):
+# wheels in .whl/ (bench/RESULTS.md says which) and diffusion_policy's PushT store as uint8 in .gpu/pusht.zarr
+# (`python bench/gpu_pusht.py --compact SRC .gpu/pusht.zarr`; both git-ignored, carried):
 #   device run, carry [".whl", ".gpu"]: bash bench/gpu_wave.sh
 # Logs and JSON land in $OUT (or /tmp/gpu_wave).
 set -u
