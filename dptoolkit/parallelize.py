@@ -214,7 +214,8 @@ def known_compile_fault(model, device) -> str:
     """Why `compile: auto` leaves `model` eager on `device`: a combination whose compiled code is known to fault on the
     device ('' for none). Known: a camera encoder beside the transformer denoiser, on CUDA."""
     if torch.device(device).type != "cuda" or not getattr(model, "image_keys", None): return ""
-    if type(getattr(model, "model", None)).__name__ != "TransformerDenoiser": return ""
+    kinds = {c.__name__ for c in type(getattr(model, "model", None)).__mro__}   # FSDP2 subclasses what it shards
+    if "TransformerDenoiser" not in kinds: return ""
     return ("a camera encoder compiled beside the transformer denoiser faults on CUDA (torch 2.11, Triton 3.6); "
             "compile: true tries anyway")
 
