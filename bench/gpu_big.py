@@ -6,7 +6,8 @@ peak of `torch.cuda.max_memory_allocated`, and samples/s over the steps after th
 out of memory ends each column. Then `dpt train` itself (`train(cfg, nprocs=1)`, bf16) at --loop-layers, plainly and
 with activation checkpointing: the logged samples/s and the banner's bytes per rank.
 FSDP at world 1 shards nothing (its memory is the plain row's) and CPU offload is not built, so neither is a row.
-Usage: python bench/gpu_big.py [--layers 16,32,48,64,80] [--emb 2048] [--batch 128] [--loop-layers 16] [--no-loop-ac] [--quick]
+Usage: python bench/gpu_big.py [--layers 16,32,48,64,80] [--emb 2048] [--batch 128] [--loop-layers 16] [--no-loop-ac]
+       [--loop-strategy fsdp] [--quick]
 """
 import argparse, gc, json, statistics, tempfile, time
 from pathlib import Path
@@ -19,8 +20,10 @@ def overrides(layers, emb, batch):
             "optimizer.weight_decay=1e-3", f"dataloader.batch_size={batch}"]
 
 
-def probe(cfg, store, layers, emb, batch, ac, steps, dev):
-    "One depth: (params, peak bytes, samples/s), or None when it runs out of memory."
+def probe(cfg, store, layers, emb, batch, ac, steps, dev, mode=None, skip=2):
+    """One depth: (params, peak bytes, samples/s over the steps after `skip`), or None when it runs out of memory.
+    `mode`: the forward and backward through `torch.compile(model, mode=mode)` ("default", "reduce-overhead": CUDA
+    graphs), AdamW and EMA eager as the loop runs them."""
     import torch
     from dptoolkit.config import load_config
     from dptoolkit.fsdp import checkpoint_activations
@@ -44,15 +47,16 @@ def probe(cfg, store, layers, emb, batch, ac, steps, dev):
         cat = lambda x: torch.cat([x] * reps)[:batch].to(dev)
         b = {"obs": {k: cat(v) for k, v in w["obs"].items()}, "action": cat(w["action"])}
         g = torch.Generator(device=dev).manual_seed(0)
+        net = model if mode is None else torch.compile(model, mode=mode)
         ts = []
         for i in range(steps):
             sync(); t = time.perf_counter()
             with torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = model(b, **model.draw(b, g))
+                loss = net(b, **model.draw(b, g))
             loss.backward(); opt.step(); opt.zero_grad(set_to_none=True); ema.update_parameters(model)
             sync(); ts.append(time.perf_counter() - t)
         peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
-        return n, peak, batch / statistics.median(ts[2:])
+        return n, peak, batch / statistics.median(ts[skip:])
     except torch.OutOfMemoryError:
         return None
     finally:
@@ -61,12 +65,12 @@ def probe(cfg, store, layers, emb, batch, ac, steps, dev):
         if dev.type == "cuda": torch.cuda.empty_cache()
 
 
-def loop_run(cfg, store, layers, emb, batch, ac, steps, root):
+def loop_run(cfg, store, layers, emb, batch, ac, steps, root, strategy="ddp"):
     from omegaconf import OmegaConf
     from dptoolkit.report import read_log
     from dptoolkit.train import train
-    d = root / f"loop-{layers}-{'ac' if ac else 'plain'}"
-    ov = overrides(layers, emb, batch) + [
+    d = root / f"loop-{layers}-{'ac' if ac else 'plain'}-{strategy}"
+    ov = overrides(layers, emb, batch) + [f"training.strategy={strategy}",
         f"training.activation_checkpointing={str(ac).lower()}", "training.mixed_precision=bf16",
         "training.compile=false", f"training.max_steps={steps}", "training.log_every=5", "training.checkpoint_every=0",
         "training.val_every=0", "scaling.keep_effective_batch_size=false", "training.stall_timeout_s=null"]
@@ -89,6 +93,7 @@ def main():
     ap.add_argument("--loop-layers", type=int, default=16); ap.add_argument("--loop-steps", type=int, default=30)
     ap.add_argument("--no-loop-ac", dest="loop_ac", action="store_false",
                     help="the `dpt train` run plainly only (not again with activation checkpointing)")
+    ap.add_argument("--loop-strategy", default="ddp", help="training.strategy of the `dpt train` rows (fsdp: FSDP2)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test: tiny widths")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -122,9 +127,10 @@ def main():
             if r is None: break
     out["probe"] = rows
     for ac in (False, True)[:2 if a.loop_ac else 1]:
-        r = loop_run(cfg, store, a.loop_layers, a.emb, a.batch, ac, a.loop_steps, root)
+        r = loop_run(cfg, store, a.loop_layers, a.emb, a.batch, ac, a.loop_steps, root, a.loop_strategy)
         out[f"loop_{'ac' if ac else 'plain'}"] = r
-        print(f"dpt train bf16, {a.loop_layers} layers, {'activation ckpt' if ac else 'plain'}: {r}", flush=True)
+        print(f"dpt train bf16 {a.loop_strategy}, {a.loop_layers} layers, {'activation ckpt' if ac else 'plain'}: {r}",
+              flush=True)
     if a.json: a.json.write_text(json.dumps(dict(gpu=name, torch=torch.__version__, args=vars(a), **out), indent=1,
                                             default=str))
 

@@ -7,7 +7,7 @@ samples/s). The transformer + flow of `bench/gpu_big.py` (n_emb 2048, 16 layers,
    time per step, the GPU's kernel time per step (the rest is the GPU waiting on the host), and the 15 largest ops by
    self CUDA time and by self CPU time.
 Usage: python bench/gpu_loop_profile.py [--layers 16] [--emb 2048] [--batch 128] [--steps 40] [--skip 20] [--active 6]
-       [--json F] [--quick]
+       [--modes default,reduce-overhead] [--no-loop] [--json F] [--quick]
 """
 import argparse, json, os, statistics, sys, tempfile, time
 from pathlib import Path
@@ -21,6 +21,9 @@ def main():
     ap.add_argument("--layers", type=int, default=16); ap.add_argument("--emb", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=128); ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=20); ap.add_argument("--active", type=int, default=6)
+    ap.add_argument("--modes", default="", help="also the bare step compiled in these torch.compile modes "
+                    "(default, reduce-overhead: CUDA graphs)")
+    ap.add_argument("--no-loop", dest="loop", action="store_false", help="the bare steps only")
     ap.add_argument("--json", type=Path); ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.quick: a.layers, a.emb, a.batch, a.steps, a.skip, a.active = 1, 64, 8, 12, 4, 3
@@ -39,7 +42,20 @@ def main():
     r = probe(str(cfg_file), store, a.layers, a.emb, a.batch, False, 10, dev)
     out["bare"] = dict(params=r[0], peak=r[1], samples_per_s=r[2]) if r else None
     print(f"bare step: {r[0] / 1e6:,.0f} M params, {r[2]:,.0f} samples/s ({time.perf_counter() - t:.0f} s)", flush=True)
+    for mode in filter(None, a.modes.split(",")):   # the lever for a host-bound step: compiled, CUDA graphs
+        t = time.perf_counter()
+        try: rc = probe(str(cfg_file), store, a.layers, a.emb, a.batch, False, 16, dev, mode=mode, skip=8)
+        except Exception as e:
+            rc = None
+            print(f"bare step compiled ({mode}): failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+        if rc:
+            out[f"bare_{mode}"] = dict(samples_per_s=rc[2], peak=rc[1])
+            print(f"bare step compiled ({mode}): {rc[2]:,.0f} samples/s, {rc[2] / r[2]:.2f}× eager, peak "
+                  f"{rc[1] / 2**30:.1f} GiB ({time.perf_counter() - t:.0f} s)", flush=True)
 
+    if not a.loop:
+        if a.json: a.json.write_text(json.dumps(out, indent=1, default=str))
+        return
     ov = overrides(a.layers, a.emb, a.batch) + [
         "training.mixed_precision=bf16", "training.compile=false", f"training.max_steps={a.steps}",
         "training.log_every=5", "training.checkpoint_every=0", "training.val_every=0", 
