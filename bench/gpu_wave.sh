@@ -26,8 +26,8 @@ for part in $PARTS; do
   say "$part"
   case $part in
     pusht|pusht_compiled)
-      c=false; [ "$part" = pusht_compiled ] && c=true
-      timeout -k 5 ${PUSHT_S:-230} python3 bench/gpu_pusht.py --store .gpu/pusht.zarr --train-s ${TRAIN_S:-130} \
+      c=false; ts=${TRAIN_S:-70}; [ "$part" = pusht_compiled ] && c=true   # ts: training after the first log step
+      timeout -k 5 ${PUSHT_S:-240} python3 bench/gpu_pusht.py --store .gpu/pusht.zarr --train-s $ts \
         --compile $c --episodes 50 --workers 2 --out /tmp/$part --json "$OUT/$part.json" 2>&1 \
         | grep -v "^step \|pkg_resources\|resource_stream" | tee "$OUT/$part.log" ;;
     probe)
