@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 v = sys.argv[1]
 store = Path("/tmp/probe.zarr")
 if not store.exists(): make_store(store, 0.1)
-extra = {"cross": [], "regional": [], "denoiser": [], "encoder": [], "nosplit": [], "nopersist": [], "nocausal": ["policy.transformer.causal_attn=false"],
-         "adaln": ["policy.transformer.cond=adaln"]}
+extra = {"cross": [], "regional": [], "denoiser": [], "encoder": [], "nosplit": [], "nopersist": [],
+         "nocausal": ["policy.transformer.causal_attn=false"], "adaln": ["policy.transformer.cond=adaln"]}
 ov = FAMILY["unet+flow"] if v == "unet" else FAMILY["transformer+flow"] + extra[v]
 f = Path(f"/tmp/probe-{v}.yaml"); f.write_text(OmegaConf.to_yaml(for_store(store, name="robot_dp_14")))
 cfg = load_config(str(f), ov + [f"task.dataset.zarr_path={store}"])
