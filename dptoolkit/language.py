@@ -15,7 +15,7 @@ from .store import StoreError, describe, open_store
 # %% auto #0
 __all__ = ['LanguageError', 'episode_instructions', 'set_instructions', 'distinct_instructions', 'held_out_instructions',
            'set_held_out', 'Encoder', 'load_encoder', 'tiny_encoder', 'embedded', 'embed', 'pack_tokens',
-           'instruction_table', 'instruction_reading']
+           'instruction_table', 'linear_readout', 'instruction_reading']
 
 # %% ../nbs/03c_language.ipynb #8a4f3710
 class LanguageError(StoreError):
@@ -215,13 +215,37 @@ def _store_encoder(store, encoder):
                             f"{str(rec.get('sha256'))[:12]}); {enc.name} is another (sha256 {enc.sha256[:12]})")
     return enc
 
+def linear_readout(X, y, n_classes: int, noise: float = 0.05, fits: int = 5, steps: int = 300):
+    """A linear readout from embeddings `X` (N, D) to labels `y`, trained with Gaussian `noise` on the unit-length
+    embeddings (as `policy.language_noise`), `fits` of them side by side in one batched matmul a step, on one thread
+    (small matrices: fastest, also on a busy machine) → a function of (M, D) embeddings giving (M, n_classes)
+    probabilities, the mean of the fits."""
+    import torch
+    import torch.nn.functional as F
+    X = F.normalize(torch.as_tensor(X).float(), dim=-1).repeat(20, 1)
+    y = torch.as_tensor(y).repeat(20)
+    g = torch.Generator().manual_seed(0)
+    W = (torch.randn(fits, X.shape[1], n_classes, generator=g) * 0.01).requires_grad_()
+    b = torch.zeros(fits, 1, n_classes, requires_grad=True)
+    opt, threads = torch.optim.Adam([W, b], lr=1e-2), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(steps):
+            x = F.normalize(X + noise * torch.randn((fits, *X.shape), generator=g), dim=-1)
+            loss = F.cross_entropy((x @ W + b).reshape(-1, n_classes), y.repeat(fits))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally: torch.set_num_threads(threads)
+    W, b = W.detach(), b.detach()
+    return lambda U: torch.softmax(F.normalize(torch.as_tensor(U).float(), dim=-1) @ W + b, -1).mean(0)
+
 def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, fits: int = 5, steps: int = 300):
     """A DataFrame, one row per instruction: the probability of each of the store's tasks under a linear readout of
     its embedded instructions (each labelled with its episodes' task; trained with Gaussian `noise` on the unit-length
     embeddings, as `policy.language_noise`; the mean of `fits` fits), and `reads_as`, the likeliest task.
     New instructions are encoded by the store's encoder (`encoder`: a folder, name or `Encoder` with its weights)."""
-    import pandas as pd, torch
-    import torch.nn.functional as F
+    import pandas as pd
     instructions = [instructions] if isinstance(instructions, str) else list(instructions)
     if not instructions or not all(isinstance(x, str) and x.strip() for x in instructions):
         raise LanguageError(f"instruction_reading: give one or more non-empty instructions (got {instructions!r})")
@@ -233,22 +257,7 @@ def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, 
         raise LanguageError(f"{store}: instruction_reading tells tasks apart: it needs the instructions of two or "
                             "more tasks (meta/episode_task); merge the tasks' stores first")
     names = list(info.task_names)
-    U = F.normalize(torch.as_tensor(_store_encoder(store, encoder).encode(instructions)[0]).float(), dim=-1)
-    X = F.normalize(torch.as_tensor(E[[r for r, _ in pairs]]).float(), dim=-1).repeat(20, 1)
-    y = torch.tensor([t for _, t in pairs]).repeat(20)
-    g = torch.Generator().manual_seed(0)     # the `fits` readouts trained side by side, one batched matmul a step
-    W = (torch.randn(fits, X.shape[1], len(names), generator=g) * 0.01).requires_grad_()
-    b = torch.zeros(fits, 1, len(names), requires_grad=True)
-    opt, threads = torch.optim.Adam([W, b], lr=1e-2), torch.get_num_threads()
-    torch.set_num_threads(1)                 # small matrices: one thread is fastest, and fastest on a busy machine
-    try:
-        for _ in range(steps):
-            x = F.normalize(X + noise * torch.randn((fits, *X.shape), generator=g), dim=-1)
-            loss = F.cross_entropy((x @ W + b).reshape(-1, len(names)), y.repeat(fits))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    finally: torch.set_num_threads(threads)
-    with torch.no_grad(): P = torch.softmax(U @ W + b, -1).mean(0)
+    read = linear_readout(E[[r for r, _ in pairs]], [t for _, t in pairs], len(names), noise, fits, steps)
+    P = read(_store_encoder(store, encoder).encode(instructions)[0])
     df = pd.DataFrame(P.numpy().round(3), index=pd.Index(instructions, name="instruction"), columns=names)
     return df.assign(reads_as=df[names].idxmax(axis=1))
