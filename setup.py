@@ -13,8 +13,9 @@ reqs = shlex.split(cfg.get("requirements", ""))
 sim_reqs = shlex.split(cfg.get("sim_requirements", ""))
 convert_reqs = shlex.split(cfg.get("convert_requirements", ""))
 language_reqs = shlex.split(cfg.get("language_requirements", ""))
+codecs_reqs = shlex.split(cfg.get("codecs_requirements", ""))
 dev_reqs = (shlex.split(cfg.get("dev_requirements", "")) + sim_reqs + convert_reqs
-            + language_reqs)   # the tests run those chapters too
+            + language_reqs + codecs_reqs)   # the tests run those chapters too
 scripts = [s for s in cfg.get("console_scripts", "").split() if s]
 
 setuptools.setup(
@@ -31,7 +32,8 @@ setuptools.setup(
     include_package_data=True,
     package_data={"dptoolkit": ["configs/*.yaml"]},
     install_requires=reqs,
-    extras_require={"dev": dev_reqs, "sim": sim_reqs, "convert": convert_reqs, "language": language_reqs},
+    extras_require={"dev": dev_reqs, "sim": sim_reqs, "convert": convert_reqs, "language": language_reqs,
+                    "codecs": codecs_reqs},
     python_requires=">=" + cfg["min_python"],
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

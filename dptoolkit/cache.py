@@ -76,6 +76,9 @@ def store_identity(path) -> str:
     files change when the store is rewritten, so a rewritten store gets a new cache entry."""
     root = Path(path).resolve()
     h = hashlib.sha256(str(root).encode())
+    if root.is_file():                      # a zipped store: the zip's own size and time
+        st = root.stat()
+        h.update(f"{st.st_size}\0{st.st_mtime_ns}\n".encode())
     for d, dirs, files in os.walk(root):
         dirs.sort()
         for f in sorted(files):

@@ -137,7 +137,7 @@ def cmd_convert(a):
     cams = a.cameras.split(",") if a.cameras else None
     out = convert(a.sources if len(a.sources) > 1 else a.sources[0], a.output, kind=a.source_kind, to=a.to,
                   cameras=cams, size=a.size, workers=a.workers, fps=a.fps, overwrite=a.overwrite,
-                  progress=not a.no_progress)
+                  progress=not a.no_progress, frames=a.frames, quality=a.quality)
     if a.to: print(f"wrote {out}: a LeRobot v3.0 dataset (LeRobotDataset(repo_id, root='{out}') loads it)")
     else: print(out)
     print(f"converted in {time.time() - t0:.1f} s")
@@ -650,12 +650,17 @@ COMMANDS = {
               _a("--task-names", help="comma-separated task name per source (default: the store names)"),
               _a("--pad", help="comma-separated vector keys zero-padded to the widest source's (e.g. env_state)"),
               _NO_PROGRESS]),
+}
+
+# %% ../nbs/08_cli.ipynb #0d3ea1e6
+COMMANDS.update({
     "convert": dict(fn=cmd_convert, help="RoboTwin raw episodes or a LeRobot dataset → a store; a store → LeRobot",
         description="RoboTwin's raw episodes (data/<task>/<config>/data/episode<i>.hdf5, one or many task folders) "
                     "or a LeRobot v3.0 dataset into one store (decoded in worker processes chunk by chunk, atomic); "
                     "a store into a LeRobot v3.0 dataset (--to lerobot).",
         examples=["dpt convert RoboTwin/data/beat_block_hammer RoboTwin/data/handover_block -o two_tasks.zarr",
                   "dpt convert lerobot_aloha/ -o aloha.zarr --size 96,128",
+                  "dpt convert lerobot_aloha/ -o aloha.zarr --frames jpegxl --quality 90",
                   "dpt convert demos.zarr -o demos_lerobot --to lerobot"],
         args=[_a("sources", nargs="+", help="RoboTwin data/task folders, a LeRobot dataset folder, or a store"),
               _a("-o", "--output", required=True, help="the store (or with --to lerobot, the dataset folder) to write"),
@@ -666,8 +671,11 @@ COMMANDS = {
               _a("--size", type=hw, help="resize frames to H,W (default: as recorded)"),
               _a("--workers", type=count, help="decoding processes (default: one per core)"),
               _a("--fps", type=float, help="with --to lerobot: the control rate (default: the store's, else 50)"),
+              _a("--frames", default="decoded", choices=["decoded", "jpegxl", "avif", "jpeg", "webp", "jpeg2k"],
+                 help="keep each camera frame compressed as one image chunk (codecs chapter; default: decoded)"),
+              _a("--quality", type=int, help="the --frames codec's quality, 0-100 (default: FRAME_CODECS')"),
               _a("--overwrite", action="store_true", help="replace an existing output"), _NO_PROGRESS]),
-}
+})
 
 # %% ../nbs/08_cli.ipynb #be196e0d
 COMMANDS.update({

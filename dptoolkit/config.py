@@ -36,12 +36,14 @@ def available_configs() -> list:
 DIM_CONFIGS = {10: "robot_dp_10", 14: "robot_dp_14", 16: "robot_dp_16"}
 # stores whose arrays name their benchmark: (action dimension, keys the store holds) -> config; the first match wins
 CONTENT_CONFIGS = [((2, ("keypoint", "state")), "pusht_keypoint"),   # diffusion_policy's PushT store: its state policy
-                   ((2, ("img", "state")), "pusht_image")]           # a PushT store with frames alone: the image policy
+                   ((2, ("img", "state")), "pusht_image"),           # a PushT store with frames alone: the image policy
+                   ((None, ("camera0_rgb", "robot0_eef_pos", "robot0_eef_rot_axis_angle", "robot0_gripper_width")),
+                    "umi")]                                          # UMI's replay buffer: no action array, a join
 
 def _by_content(info) -> str | None:
-    "The packaged config a store's arrays name (`CONTENT_CONFIGS`), or None."
-    return next((n for (d, keys), n in CONTENT_CONFIGS if info.action_dim == d and all(k in info.arrays for k in keys)),
-                None)
+    "The packaged config a store's arrays name (`CONTENT_CONFIGS`; a dimension None: any), or None."
+    return next((n for (d, keys), n in CONTENT_CONFIGS if d in (None, info.action_dim)
+                 and all(k in info.arrays for k in keys)), None)
 
 def select_config(path_or_dim) -> str:
     """Name of the packaged config for a store (what its arrays name, `CONTENT_CONFIGS`: diffusion_policy's PushT store
@@ -52,10 +54,10 @@ def select_config(path_or_dim) -> str:
     else:
         try: info = describe(path_or_dim)
         except StoreError as e: raise ConfigError(str(e)) from None
+        if _by_content(info): return _by_content(info)
         if info.action_dim is None:
             raise ConfigError(f"{path_or_dim}: no 2-D data/action array, so its action dimension is unknown")
         dim, what = info.action_dim, f"{path_or_dim}: action dimension {info.action_dim}"
-        if _by_content(info): return _by_content(info)
     if dim not in DIM_CONFIGS:
         known = ", ".join(f"{d} → {n}.yaml" for d, n in DIM_CONFIGS.items())
         raise ConfigError(f"{what} has no packaged config (known: {known}); copy one of them, set shape_meta to {dim} "

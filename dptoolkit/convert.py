@@ -14,9 +14,11 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
+from .codecs import CodecError, check_frames, frame_chunks, frame_codec, register_codecs   # codecs chapter
 from .launch import die_with_parent   # the ground floor's (launch chapter)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
-from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, atomic_dir, create_array, describe, existing_parent, open_store,
+from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, store_name,
+                              atomic_dir, create_array, describe, existing_parent, open_store,
                              validate)
 
 
@@ -184,6 +186,7 @@ def put_chunk(array_path, k: int, data: np.ndarray):
         raise ValueError(f"{p}: put_chunk writes C-order, filter-free chunks of {meta['chunks']} "
                          f"{np.dtype(meta['dtype'])}; got {list(data.shape)} {data.dtype}")
     import numcodecs
+    if meta.get("compressor"): register_codecs()        # a spawned worker: imagecodecs' codecs (codecs chapter)
     raw = numcodecs.get_codec(meta["compressor"]).encode(data) if meta.get("compressor") else data.tobytes()
     (p / meta.get("dimension_separator", ".").join([str(int(k))] + ["0"] * (data.ndim - 1))).write_bytes(raw)
 
@@ -198,6 +201,16 @@ def _write_chunk(array_path, k, chunk_steps, reader, parts, shape):
         n += p[3] - p[2]
     buf[n:] = 0                                          # the last chunk's padding: the array's fill value
     put_chunk(array_path, k, buf)
+    return n
+
+def _write_frames(array_path, k, chunk_steps, reader, parts, shape):
+    """Worker: as `_write_chunk`, for an array of image-codec frames (codecs chapter): the same frames decoded, each
+    written channels-last as a chunk of its own, (1, H, W, 3), with the array's codec."""
+    buf, n = _chunk_buffer((chunk_steps, *shape)), 0
+    for p in parts:
+        reader(*p, out=buf[n:n + p[3] - p[2]])
+        n += p[3] - p[2]
+    for i in range(n): put_chunk(array_path, k * chunk_steps + i, np.ascontiguousarray(buf[i].transpose(1, 2, 0))[None])
     return n
 
 
@@ -271,11 +284,25 @@ def _free(dest) -> str:
 
 FRAME_CODEC = dict(cname="lz4", clevel=1, shuffle=2)   # Blosc, bit-shuffled LZ4: camera frames (see above)
 
+def _frames_codec(frames, quality):
+    "The image codec `frames` names (None: decoded), or one `ConvertError` line."
+    try: return frame_codec(frames, quality)
+    except CodecError as e: raise ConvertError(str(e)) from None
+
+def _frames_attr(fc) -> dict:
+    "How the frames were kept, for the store's attrs (`convert.frames`)."
+    if fc is None: return dict(codec="decoded")
+    return dict(codec=fc.codec_id, quality=fc.get_config().get("level"))
+
+# %% ../nbs/01b_convert.ipynb #8d3e7061
 def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attrs: dict, *, pool=None,
-                 chunk_steps=100, overwrite=False, progress=True) -> StoreInfo:
-    "Write a converted store atomically: low-dim arrays from memory, each camera chunk by chunk in `pool` (`_pool`)."
+                 chunk_steps=100, overwrite=False, progress=True, frames=None) -> StoreInfo:
+    """Write a converted store atomically: low-dim arrays from memory, each camera chunk by chunk in `pool` (`_pool`);
+    `frames` (a `codecs.frame_codec`): each camera frame channels-last in a chunk of its own, with that codec."""
     lengths = np.asarray(lengths, dtype=np.int64)
     N = int(lengths.sum())
+    for c, cam in cams.items():      # before anything is written: can the codec hold these frames?
+        check_frames(frames, f"data/{c}", (N, *cam.shape[1:], cam.shape[0]), "uint8")
     jobs = [(c, k, [cam.part(e, a, b) for e, a, b in chunk_parts(lengths, chunk_steps, k)])
             for c, cam in cams.items() for k in range(-(-N // chunk_steps))]
     try:
@@ -285,14 +312,19 @@ def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attr
                 create_array(g, f"data/{name}", v.shape, v.dtype, (chunk_steps, *v.shape[1:]))[...] = v
             from numcodecs import Blosc
             for c, cam in cams.items():
-                create_array(g, f"data/{c}", (N, *cam.shape), "uint8", (chunk_steps, *cam.shape),
-                             Blosc(**FRAME_CODEC))
+                if frames is None:
+                    create_array(g, f"data/{c}", (N, *cam.shape), "uint8", (chunk_steps, *cam.shape),
+                                 Blosc(**FRAME_CODEC))
+                else:
+                    hwc = (N, *cam.shape[1:], cam.shape[0])
+                    create_array(g, f"data/{c}", hwc, "uint8", frame_chunks(hwc), frames)
             meta = (("episode_ends", np.cumsum(lengths)), ("episode_task", np.asarray(task_of, dtype=np.int64)))
             for name, v in meta:
                 g.create_array(f"meta/{name}", shape=v.shape, dtype="int64", chunks=(len(v),),
                                compressors=None, config=ALL_CHUNKS)[...] = v
             g.attrs.update(task_names=list(task_names), **attrs)
-            work = [(_write_chunk, (tmp / "data" / c, k, chunk_steps, cams[c].reader, parts, cams[c].shape))
+            write = _write_chunk if frames is None else _write_frames
+            work = [(write, (tmp / "data" / c, k, chunk_steps, cams[c].reader, parts, cams[c].shape))
                     for c, k, parts in jobs]
             with tqdm(total=N * len(cams), desc=f"decode → {Path(dest).name}", unit="frame",
                       disable=not progress) as bar:
@@ -325,9 +357,13 @@ def robotwin_instructions(task: RawTask) -> tuple:
 
 # %% ../nbs/01b_convert.ipynb #5079f9fb
 def from_robotwin(sources, dest, *, cameras=None, size=None, workers=None, chunk_steps: int = 100,
-                  overwrite: bool = False, progress: bool = True) -> StoreInfo:
+                  overwrite: bool = False, progress: bool = True, frames: str = "decoded",
+                  quality: int | None = None) -> StoreInfo:
     """RoboTwin's raw episodes → one replay-buffer store, equal to what their `process_data.py` writes for `state`,
-    `action` and `head_camera`, with every other camera too (`cameras`: a subset; `size` (H, W): resized)."""
+    `action` and `head_camera`, with every other camera too (`cameras`: a subset; `size` (H, W): resized). `frames`:
+    `decoded` (uint8 (N, 3, H, W), Blosc LZ4) or an image codec (`codecs.FRAME_CODECS`, at `quality`): each frame
+    (N, H, W, 3) a chunk of its own, read as (3, H, W) through its view."""
+    fc = _frames_codec(frames, quality)
     with _pool(workers) as pool:   # the workers start while the source is read
         tasks = robotwin_tasks(sources)
         eps, vecs, task_of, cams = [], [], [], list(cameras) if cameras else None
@@ -349,13 +385,14 @@ def from_robotwin(sources, dest, *, cameras=None, size=None, workers=None, chunk
                            (lambda e, a, b, c=c: (eps[e], c, a, b, size, where[e]))) for c in cams}
         attrs = dict(channel_order="rgb", convert=dict(
             source="robotwin", dptoolkit=__version__, cameras=cams, size=list(size) if size else None,
+            frames=_frames_attr(fc),
             tasks=[dict(name=t.name, folder=str(t.folder), episodes=len(t.files)) for t in tasks]))
         said = [robotwin_instructions(t) for t in tasks]   # language chapter: seen ones train, unseen ones are held out
         if any(s for seen, _ in said for s in seen): attrs["instructions"] = [r for seen, _ in said for r in seen]
         held = {t.name: u for t, (_, u) in zip(tasks, said) if u}
         if held: attrs["held_out_instructions"] = held
         return _write_store(dest, low, [len(v) - 1 for v in vecs], task_of, [t.name for t in tasks], spec, attrs,
-                            pool=pool, chunk_steps=chunk_steps, overwrite=overwrite, progress=progress)
+                            pool=pool, chunk_steps=chunk_steps, overwrite=overwrite, progress=progress, frames=fc)
 
 
 # %% ../nbs/01b_convert.ipynb #09dc36ec
@@ -474,10 +511,12 @@ def _video_frames(path, camera, j0, j1, extra, where, out=None) -> np.ndarray:
 
 # %% ../nbs/01b_convert.ipynb #932dacb8
 def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_steps: int = 100,
-                 overwrite: bool = False, progress: bool = True) -> StoreInfo:
+                 overwrite: bool = False, progress: bool = True, frames: str = "decoded",
+                 quality: int | None = None) -> StoreInfo:
     """A LeRobot v3.0 dataset (a local folder) → a replay-buffer store: its vectors, each video feature as
     `<name>_camera` uint8 (N, 3, H, W) (`cameras`: a subset, by store key or feature name; `size`: resized), the
-    tasks."""
+    tasks. `frames`, `quality`: as `from_robotwin`'s."""
+    fc = _frames_codec(frames, quality)
     with _pool(workers) as pool:   # the workers start while the source is read
         meta = lerobot_meta(src)
         eps, fps, root, info = meta["episodes"], float(meta["info"]["fps"]), meta["root"], meta["info"]
@@ -498,11 +537,12 @@ def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_step
         names = [meta["tasks"].get(i, f"task {i}") for i in range(max(meta["tasks"], default=0) + 1)]
         attrs = dict(channel_order="rgb", fps=fps, convert=dict(
             source="lerobot", dptoolkit=__version__, path=str(Path(src).resolve()),
-            cameras={k: n for n, k in feats.items()}, low_dim=meta["low_dim"], size=list(size) if size else None))
+            cameras={k: n for n, k in feats.items()}, low_dim=meta["low_dim"], size=list(size) if size else None,
+            frames=_frames_attr(fc)))
         if meta["tasks"]:   # a LeRobot task is its episodes' instruction (language chapter: dpt embed encodes them)
             attrs["instructions"] = [[meta["tasks"][int(t)]] if int(t) in meta["tasks"] else [] for t in task_of]
         return _write_store(dest, low, lengths, task_of, names, spec, attrs, pool=pool, chunk_steps=chunk_steps,
-                            overwrite=overwrite, progress=progress)
+                            overwrite=overwrite, progress=progress, frames=fc)
 
 
 # %% ../nbs/01b_convert.ipynb #6b0996e2
@@ -702,7 +742,7 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
     lengths = np.diff(ends, prepend=0)
     task_of = np.asarray(g["meta/episode_task"][:], dtype=np.int64) if "episode_task" in g["meta"] \
         else np.zeros(len(ends), np.int64)
-    names = list(info.task_names or [Path(store).name.removesuffix(".zarr")])
+    names = list(info.task_names or [store_name(store)])
     if any(said := episode_instructions(info)):   # a LeRobot task is its episodes' instruction (language chapter)
         first = [r[0] if r else names[t] for r, t in zip(said, task_of)]
         names = list(dict.fromkeys(first))
@@ -746,10 +786,11 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
 
 # %% ../nbs/01b_convert.ipynb #0c6ee1ef
 def convert(src, dest, *, kind=None, to=None, cameras=None, size=None, workers=None, fps=None,
-            overwrite: bool = False, progress: bool = True):
+            overwrite: bool = False, progress: bool = True, frames: str = "decoded", quality: int | None = None):
     """Convert `src` (a folder, or a list of RoboTwin folders) into a replay-buffer store at `dest` (→ `StoreInfo`), or
     with `to='lerobot'` a store into a LeRobot v3.0 dataset (→ its folder). `kind`: 'robotwin' | 'lerobot' (detected
-    when None)."""
+    when None). `frames`: `decoded`, or the image codec each camera frame is kept in (`jpegxl`, `avif`, `jpeg`,
+    `webp`, `jpeg2k`; codecs chapter) at `quality`."""
     srcs = [src] if isinstance(src, (str, Path)) else list(src)
     if not srcs: raise ConvertError("no source given")
     kinds = {s: (kind or detect(s)) for s in srcs}
@@ -768,7 +809,7 @@ def convert(src, dest, *, kind=None, to=None, cameras=None, size=None, workers=N
     if k == "lerobot":
         if len(srcs) > 1: raise ConvertError("one LeRobot dataset at a time; merge the stores afterwards (dpt merge)")
         return from_lerobot(srcs[0], dest, cameras=cameras, size=size, workers=workers, overwrite=overwrite,
-                            progress=progress)
+                            progress=progress, frames=frames, quality=quality)
     return from_robotwin(srcs, dest, cameras=cameras, size=size, workers=workers, overwrite=overwrite,
-                         progress=progress)
+                         progress=progress, frames=frames, quality=quality)
 

@@ -13,8 +13,9 @@ from fastcore.basics import patch
 
 from .cache import (CacheError, ChunkCache, DataError, DecodedCache, cache_clear, cache_list,
                              default_cache_dir, memory_budget, populate, store_identity)
-from .store import StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store, read_chunk_rows
-from .views import key_views, view_source
+from .store import (StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store,
+                             read_chunk_rows, store_name)
+from .views import key_views, view_source, view_sources
 
 # %% auto #0
 __all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'storage_plan', 'shard_episodes', 'SequenceDataset',
@@ -124,7 +125,7 @@ class SequenceDataset(torch.utils.data.Dataset):
         self.episode_task = (
             np.asarray(meta["episode_task"][:]) if "episode_task" in meta else np.zeros(len(self.ends), np.int64)
         )
-        self.task_names = info.task_names or [Path(self.path).name.removesuffix(".zarr")]
+        self.task_names = info.task_names or [store_name(self.path)]
         if episodes is None: episodes = np.arange(len(self.ends))
         if tasks is not None:
             unknown = [t for t in tasks if t not in self.task_names]
@@ -162,7 +163,7 @@ def _set_views(self: SequenceDataset, info, views) -> list:
         if k not in info.arrays and k not in (views or {}):
             raise StoreError(f"{self.path}: no data/{k} (it has {', '.join(info.keys)})")
     self.views = key_views(info, self.keys + [self.action_key], views)
-    needed = list(dict.fromkeys(v.src for v in self.views.values()))
+    needed = list(dict.fromkeys(s for v in self.views.values() for s in v.srcs))
     self.nbytes = sum(info.arrays[k].nbytes for k in needed)
     self.src_shapes = {k: tuple(info.arrays[k].shape[1:]) for k in needed}
     self.src_dtypes = {k: np.dtype(info.arrays[k].dtype) for k in needed}
@@ -279,8 +280,8 @@ def __getitems__(self: SequenceDataset, idx):
     idx = np.asarray(idx, dtype=np.int64)
     t = window_steps(self.rows[idx], self.horizon)
     V = self.views
-    obs = {k: V[k](self._gather(V[k].src, t[:, :self.n_obs_steps])) for k in self.keys}
-    out = {"obs": obs, "action": V[self.action_key](self._gather(V[self.action_key].src, t)),
+    obs = {k: V[k].read(self._gather, t[:, :self.n_obs_steps]) for k in self.keys}
+    out = {"obs": obs, "action": V[self.action_key].read(self._gather, t),
            "task": torch.from_numpy(self.window_task[idx])}
     if self.lang is not None: out["instruction"] = torch.from_numpy(self.lang[0][self.window_instruction[idx]])
     return out
@@ -384,10 +385,10 @@ def _gather_device(self: SequenceDataset, idx):
     t = torch.minimum(torch.maximum(r[:, :1] + self._steps, r[:, 1:2]), r[:, 2:3] - 1)
     B, n = len(r), self.n_obs_steps
     V, S = self.views, self.src_shapes
-    obs = {k: V[k](self._dev[V[k].src][t[:, :n].reshape(-1)].view((B, n) + S[V[k].src])) for k in self.keys}
-    a = V[self.action_key]
+    get = lambda src, tt: self._dev[src][tt.reshape(-1)].view(tuple(tt.shape) + S[src])
+    obs = {k: V[k].read(get, t[:, :n]) for k in self.keys}
     return {"obs": obs,
-            "action": a(self._dev[a.src][t.reshape(-1)].view((B, self.horizon) + S[a.src])),
+            "action": V[self.action_key].read(get, t),
             "task": self._dev_task[i.to(self.device, non_blocking=True)],
             **({"instruction": self._dev_instr[i.to(self.device)]} if self.lang is not None else {})}
 
@@ -557,8 +558,8 @@ def _needed(cfg) -> list:
     "The stored arrays a run reads: its observation keys and action, a view's (`task.dataset.views`) as its source."
     D = cfg.task.dataset
     views = dict(D.get("views") or {})
-    src = lambda k: view_source(str(views[k])) if k in views else k
-    return list(dict.fromkeys(src(k) for k in [*D.obs_keys, D.action_key]))
+    src = lambda k: view_sources(str(views[k])) if k in views else [k]
+    return list(dict.fromkeys(s for k in [*D.obs_keys, D.action_key] for s in src(k)))
 
 def config_storage(cfg, training: bool = True) -> str:
     """`task.dataset.storage`, reading `in_memory: true/false` of configs written by earlier versions. Outside training
@@ -596,7 +597,7 @@ def prepare_cache(cfg, progress: bool = True, info=None):
 # %% ../nbs/03_dataset.ipynb #23fd88c8
 def check_mixture(cfg, info):
     "`task.dataset.task_weights` against the store's tasks, before any process starts: `DataError` naming the task."
-    names = info.task_names or [Path(info.path).name.removesuffix(".zarr")]
+    names = info.task_names or [store_name(info.path)]
     tw, w = dict(cfg.task.dataset.get("task_weights") or {}), dict.fromkeys(names, 1.0)   # tasks not named keep 1
     for k, v in tw.items():
         if not (k in names or isinstance(k, int) and 0 <= k < len(names)):

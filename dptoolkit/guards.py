@@ -14,17 +14,32 @@ __all__ = ['StopSignal']
 # %% ../nbs/05b_guards.ipynb #5474a963
 class StopSignal:
     """Remember the first of `signals` (names, e.g. SIGTERM, SIGUSR1) this process receives instead of dying; the loop
-    reads `received` at log steps, where the ranks vote in the metrics all-reduce. Installed only in the main thread."""
-    def __init__(self, signals=("SIGTERM", "SIGUSR1")):
+    reads `received` at log steps, where the ranks vote in the metrics all-reduce. Installed only in the main thread,
+    and before the rank builds anything: a signal while it loads data or compiles means "checkpoint at the first log
+    step and stop", not death. The same signal again, more than `again_s` seconds later (a terminal's one Ctrl-C
+    reaches a rank twice at once: directly and through the launcher), ends the process at once, without a checkpoint,
+    as torchrun's and Lightning's users expect. `say`: both are said on stderr (rank 0)."""
+    def __init__(self, signals=("SIGTERM", "SIGUSR1"), say: bool = False, again_s: float = 1.0):
         import signal, threading
-        self.received, self._old = None, {}
+        self.received, self._old, self._t, self.say, self.again_s = None, {}, None, say, again_s
         if threading.current_thread() is not threading.main_thread(): return
         for name in signals or ():
             sig = getattr(signal, str(name))
             self._old[sig] = signal.signal(sig, self._handle)
     def _handle(self, signum, frame):
-        import signal
-        if self.received is None: self.received = signal.Signals(signum).name
+        import os, signal, sys, time
+        name, now = signal.Signals(signum).name, time.monotonic()
+        if self.received is None:
+            self.received, self._t = name, now
+            if self.say:
+                print(f"dptoolkit: {name}: checkpointing at the next log step, then stopping ({name} again: stop at "
+                      "once, without a checkpoint)", file=sys.stderr, flush=True)
+        elif name == self.received and now - self._t > self.again_s:
+            if self.say: print(f"dptoolkit: {name} again: stopping at once", file=sys.stderr, flush=True)
+            self.restore()
+            if signum == signal.SIGINT: raise KeyboardInterrupt
+            if signal.getsignal(signum) in (signal.SIG_IGN, None): signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
     def restore(self):
         import signal
         for sig, old in self._old.items(): signal.signal(sig, old)

@@ -683,7 +683,8 @@ def exited(self: _Supervisor, rank):
         if self.stop_at.get("name") == "SIGINT" and code > 0:   # a terminal's Ctrl-C reached it while it started:
             cause = f"KeyboardInterrupt while starting ({cause})"   # Python's own, before the rank could report
         if self.stop_at and code < 0:
-            cause += f" (the launcher passed on {self.stop_at['name']}; this rank was not handling it)"
+            cause += (f" (stopped at once by a second {self.stop_at['name']})" if self.stop_at.get("again") else
+                      f" (the launcher passed on {self.stop_at['name']}; this rank was not handling it)")
         self.failure = LaunchError(f"rank {rank} died ({cause}) before finishing; the other ranks were stopped",
                                    rank=rank, cause=cause)
 
@@ -725,7 +726,13 @@ def forward(self: _Supervisor, signum, frame):
         self.stop_at.update(t=time.monotonic(), name=signal.Signals(signum).name, signum=signum)
         print(f"launch: {self.stop_at['name']}: passing it to {sum(p.is_alive() for p in self.procs)} rank(s), "
               f"waiting up to {self.stop_grace:g} s for them to checkpoint and stop"
-              + (" (Ctrl-C again: stop them at once)" if signum == signal.SIGINT else ""), file=sys.stderr, flush=True)
+              + f" ({'Ctrl-C' if signum == signal.SIGINT else self.stop_at['name']} again: stop them at once)",
+              file=sys.stderr, flush=True)
+    elif (signum == self.stop_at["signum"] and time.monotonic() - self.stop_at["t"] > 1.0
+          and "again" not in self.stop_at):
+        self.stop_at["again"] = True     # the ranks' handlers (guards.StopSignal) end them at once on a second one
+        print(f"launch: {self.stop_at['name']} again: the ranks stop at once, without a checkpoint", file=sys.stderr,
+              flush=True)
     for p in self.procs: _pass_on(p, signum)
 
 def _pass_on(p, signum):

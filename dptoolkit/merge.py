@@ -15,6 +15,7 @@ from . import __version__
 from .language import episode_instructions, held_out_instructions
 from dptoolkit.store import (
     ALL_CHUNKS,
+    store_name,
     StoreError,
     StoreInfo,
     _fmt_bytes,
@@ -111,7 +112,7 @@ def _source_tasks(path: Path, info: StoreInfo, g) -> tuple:
     if info.task_names and "episode_task" in meta:
         return list(info.task_names), np.asarray(meta["episode_task"][:], dtype=np.int64)
     sim = (info.attrs or {}).get("sim") or {}   # a simulator's demonstrations: its task's name (dpt sim-data)
-    return [sim.get("task") or path.name.removesuffix(".zarr")], np.zeros(info.episodes, dtype=np.int64)
+    return [sim.get("task") or store_name(path)], np.zeros(info.episodes, dtype=np.int64)
 
 def _plan_tasks(srcs, infos, groups, task_names=None):
     "Global task names and the per-episode task index of the merged store."

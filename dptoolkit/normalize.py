@@ -91,7 +91,7 @@ class Normalizer(nn.Module):
         if f is not None and f.exists():
             stats = _read_stats(f)
         views = {k: v for k, v in (views or {}).items() if k in keys}
-        srcs = list(dict.fromkeys(views[k].src if k in views else k for k in keys))
+        srcs = list(dict.fromkeys(s for k in keys for s in (views[k].srcs if k in views else (k,))))
         missing = [k for k in srcs if k not in stats]
         if missing: stats.update(_fit_stats(path, missing))
         spec = {name: f"{name}:{k}-{ref}@{min(lags)}..{max(lags)}" for name, (k, ref, lags) in (offsets or {}).items()}
@@ -99,7 +99,7 @@ class Normalizer(nn.Module):
         for name in todo: stats[spec[name]] = offset_stats(path, *offsets[name])
         missing += todo
         if f is not None and missing: _write_stats(f, stats)
-        entry = lambda k: tuple(views[k].stats(x) for x in stats[views[k].src]) if k in views else stats[k]
+        entry = lambda k: views[k].stats_of(stats) if k in views else stats[k]
         norm = cls({**{k: entry(k) for k in keys}, **{name: stats[spec[name]] for name in spec}})
         norm.source = (f"statistics cached in {f}" if f is not None and not missing else
                        f"statistics computed ({', '.join(missing)})" + (f", cached in {f}" if f is not None else ""))

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_store.ipynb #b29922f5
 from __future__ import annotations
-import json, math, os, shutil, time, uuid
+import json, math, os, shutil, time, uuid, zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from .codecs import missing_codecs, missing_message
+
 # %% auto #0
-__all__ = ['ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'open_store', 'ArrayInfo',
-           'StoreInfo', 'validate', 'describe', 'episode_ends', 'episodes', 'chunk_file', 'read_chunk_rows', 'verify',
-           'check_finite', 'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode',
-           'make_sample_store', 'sample_data']
+__all__ = ['ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'store_name',
+           'is_zip_store', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate', 'describe', 'episode_ends', 'episodes',
+           'chunk_file', 'chunk_exists', 'read_chunk_rows', 'verify', 'check_finite', 'default_compressor',
+           'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store', 'sample_data']
 
 # %% ../nbs/00_store.ipynb #cdce336d
 class StoreError(ValueError):
@@ -82,25 +84,58 @@ def _remove_until_gone(path: Path, settle: float = 1.0):
 
 # %% ../nbs/00_store.ipynb #85f655ef
 _UNSAFE_CODECS = {"pickle", "json2", "msgpack2", "vlen-utf8", "vlen-bytes", "vlen-array"}
+_META_FILES = (".zarray", "zarr.json")
+
+def store_name(path) -> str:
+    "A store's name without its suffixes (`pusht.zarr`, `umi.zarr.zip` → `pusht`, `umi`): a one-task store's task name."
+    return Path(path).name.removesuffix(".zip").removesuffix(".zarr")
+
+def is_zip_store(path) -> bool:
+    "Whether `path` is a zipped store (zarr's `ZipStore`: UMI's `.zarr.zip`), not a folder."
+    p = Path(path)
+    return p.is_file() and zipfile.is_zipfile(p)
+
+_zips = {}   # (path, pid, mtime) -> (zarr ZipStore, set of member names): one open handle per zip and process
+
+def _zip(path):
+    p = Path(path).resolve()
+    k = (str(p), os.getpid(), p.stat().st_mtime_ns)
+    if k not in _zips:
+        for old in [o for o in _zips if o[0] == k[0]]: _zips.pop(old)
+        with zipfile.ZipFile(p) as z: names = set(z.namelist())
+        _zips[k] = (zarr.storage.ZipStore(str(p), mode="r"), names)
+    return _zips[k]
 
 def _scan(path: Path):
-    "One walk of the store folder: (metadata files, bytes on disk). Large stores hold ~10^6 chunk files; walk once."
-    metas, size = [], 0
-    for root, _, files in os.walk(path):
+    """One walk of the store: ({array key: (metadata file, parsed JSON)}, bytes on disk, has root metadata). A folder
+    holds ~10^6 chunk files in a large store: walked once; a zip is read from its index."""
+    metas, size, root = {}, 0, False
+    def meta(name, read):
+        key = name.rsplit("/", 1)[0] if "/" in name else ""
+        try: m = json.loads(read())
+        except (OSError, ValueError, KeyError) as e:
+            raise StoreError(f"{path}/{name}: unreadable zarr metadata ({e})") from None
+        if name.endswith("zarr.json") and m.get("node_type") != "array": return
+        metas[key] = (f"{path}/{name}", m)
+    if is_zip_store(path):
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as z:
+            for n in z.namelist():
+                root |= n in (".zgroup", "zarr.json")
+                if n.rsplit("/", 1)[-1] in _META_FILES: meta(n, lambda: z.read(n))
+        return metas, size, root
+    for d, _, files in os.walk(path):
         for f in files:
-            fp = os.path.join(root, f)
-            if f in (".zarray", "zarr.json"): metas.append(Path(fp))
+            fp = os.path.join(d, f)
+            if f in _META_FILES: meta(Path(fp).relative_to(path).as_posix(), Path(fp).read_text)
             try: size += os.stat(fp).st_size
             except OSError: pass
-    return metas, size
+    return metas, size, any((path / f).exists() for f in (".zgroup", "zarr.json"))
 
+# %% ../nbs/00_store.ipynb #844f46ca
 def _check_raw_metadata(path: Path, metas):
     "Refuse object / pickled arrays by reading metadata JSON, before zarr decodes anything."
-    for meta in metas:
-        try: m = json.loads(meta.read_text())
-        except (OSError, ValueError) as e: raise StoreError(f"{meta}: unreadable zarr metadata ({e})") from None
-        if meta.name == "zarr.json" and m.get("node_type") != "array": continue
-        key = meta.parent.relative_to(path).as_posix()
+    for key, (_, m) in metas.items():
         dt = m.get("dtype", m.get("data_type"))
         codecs = [c.get("id", c.get("name")) for c in (m.get("filters") or []) + (m.get("codecs") or [])
                   if isinstance(c, dict)]
@@ -109,15 +144,20 @@ def _check_raw_metadata(path: Path, metas):
                              "refusing to load it because decoding it could run arbitrary code")
 
 def open_store(path) -> zarr.Group:
-    "Open a replay-buffer store read-only, with one clear `StoreError` for a missing or unsafe store."
+    """Open a replay-buffer store read-only (a folder, or a zip of one), with one clear `StoreError` for a missing or
+    unsafe store or a codec this process cannot decode (imagecodecs' codecs are registered here, in every process that
+    opens a store: codecs chapter)."""
     p = Path(path)
     if not p.exists(): raise StoreError(f"{p}: no such file or folder")
-    if not p.is_dir(): raise StoreError(f"{p}: not a zarr store (a zarr store is a folder)")
-    if not any((p/f).exists() for f in (".zgroup", "zarr.json")):
-        raise StoreError(f"{p}: not a zarr store (no .zgroup or zarr.json in it)")
-    metas, size = _scan(p)
+    zipped = is_zip_store(p)
+    if not p.is_dir() and not zipped:
+        raise StoreError(f"{p}: not a zarr store (a zarr store is a folder, or a zip of one)")
+    metas, size, root = _scan(p)
+    if not root: raise StoreError(f"{p}: not a zarr store (no .zgroup or zarr.json in it)")
     _check_raw_metadata(p, metas)
-    try: g = zarr.open_group(str(p), mode="r")
+    missing = missing_codecs({k: m for k, (_, m) in metas.items()})
+    if missing: raise StoreError(missing_message(p, missing))
+    try: g = zarr.open_group(_zip(p)[0] if zipped else str(p), mode="r")
     except Exception as e: raise StoreError(f"{p}: cannot open as a zarr group ({type(e).__name__}: {e})") from None
     _disk_size[str(p)] = size
     return g
@@ -259,7 +299,7 @@ def episodes(path) -> "pd.DataFrame":
     starts = np.concatenate([[0], ends[:-1]])
     meta = dict(g["meta"].arrays())
     task = np.asarray(meta["episode_task"][:]) if "episode_task" in meta else np.zeros(len(ends), int)
-    names = info.task_names or [Path(path).name.removesuffix(".zarr")]
+    names = info.task_names or [store_name(path)]
     import pandas as pd
     df = pd.DataFrame(dict(episode=np.arange(len(ends)), start=starts, end=ends, length=ends - starts, task=task))
     df["task_name"] = [names[t] if 0 <= t < len(names) else str(t) for t in task]
@@ -267,8 +307,15 @@ def episodes(path) -> "pd.DataFrame":
 
 # %% ../nbs/00_store.ipynb #b1f7a4ac
 def chunk_file(path, key: str, array, coords) -> Path:
-    "The file that holds chunk `coords` of `array` (`key` = its path in the store, e.g. data/state) in a local store."
+    """The file that holds chunk `coords` of `array` (`key` = its path in the store, e.g. data/state) in a local store
+    (in a zipped store: its member's name after the zip's path)."""
     return Path(path) / key / array.metadata.encode_chunk_key(tuple(int(c) for c in coords))
+
+def chunk_exists(path, key: str, array, coords) -> bool:
+    "Whether chunk `coords` of `array` has its file (a folder store) or member (a zipped store)."
+    if is_zip_store(path):
+        return f"{key}/{array.metadata.encode_chunk_key(tuple(int(c) for c in coords))}" in _zip(path)[1]
+    return chunk_file(path, key, array, coords).exists()
 
 def read_chunk_rows(path, key: str, array, start: int, stop: int):
     """Rows [start, stop) of a time-chunked array; `StoreError` naming the store, key and chunk file when one is missing
@@ -276,8 +323,8 @@ def read_chunk_rows(path, key: str, array, start: int, stop: int):
     C = array.chunks[0]
     tail = (0,) * (array.ndim - 1)
     for ci in range(start // C, (max(stop, start + 1) - 1) // C + 1):
-        f = chunk_file(path, key, array, (ci, *tail))
-        if not f.exists():
+        if not chunk_exists(path, key, array, (ci, *tail)):
+            f = chunk_file(path, key, array, (ci, *tail))
             raise StoreError(f"{path}: {key} chunk {ci} ({f}) is missing; zarr would read it as zeros. "
                              f"`dpt inspect {path} --verify` lists every damaged chunk")
     try: return array[start:stop]
@@ -290,6 +337,7 @@ def read_chunk_rows(path, key: str, array, start: int, stop: int):
                                  "every damaged chunk") from None
         raise
 
+# %% ../nbs/00_store.ipynb #41a20100
 def _non_finite(g, key, a, coords, blk) -> list:
     "A chunk's first non-finite value as a damage line: row, episode, column."
     nf = ~np.isfinite(blk.reshape(len(blk), -1))
@@ -314,7 +362,7 @@ def verify(path, *, progress: bool = True) -> StoreInfo:
     for key, a in arrays:
         for coords in np.ndindex(*a.cdata_shape):
             f = chunk_file(root, key, a, coords)
-            if not f.exists():
+            if not chunk_exists(root, key, a, coords):
                 bad.append(f"{key} chunk {coords}: {f} is missing (zarr would read it as {a.fill_value})")
             else:
                 try: blk = a.get_block_selection(coords)

@@ -217,10 +217,9 @@ def optimizer_step(R):
     return gn
 
 # %% ../nbs/05_train.ipynb #f23eac86
-def train_worker(cfg, policy=None) -> dict:
-    "Train this rank (RANK, WORLD_SIZE from the environment; `policy`: protocol chapter); rank 0 writes the run folder."
-    R = _rank_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
-    T, p = R.T, R.p
+def _start(R, policy):
+    "A rank's set-up before its first step: build, refuse or restore a checkpoint, wrap, open the run, heartbeat."
+    T = R.T
     _build(R, policy)
     resume_step(R.run_dir, T.resume, T.max_steps)   # under torchrun / Slurm this is the first place to refuse it
     if R.is_main and os.environ.get("DPT_RUN_LOCKED") != str(R.run_dir.absolute()): lock_run(R.run_dir)   # torchrun
@@ -228,8 +227,21 @@ def train_worker(cfg, policy=None) -> dict:
     if resume: restore(R, lambda last: _schedule(R, last_epoch=last))
     wrap(R)
     _open_run(R, resume)
-    R.beat = beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # step and phase for the watchdog
-    stop = StopSignal([*T.stop_signals, "SIGINT"])   # SIGTERM / SIGUSR1 / Ctrl-C → checkpoint, leave at a log step
+    R.beat = _heartbeat(R.distributed, R.rank, R.world, R.run_dir, T)   # step and phase for the watchdog
+
+# %% ../nbs/05_train.ipynb #393df524
+def train_worker(cfg, policy=None) -> dict:
+    "Train this rank (RANK, WORLD_SIZE from the environment; `policy`: protocol chapter); rank 0 writes the run folder."
+    R = _rank_setup(OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)))
+    T, p = R.T, R.p
+    # SIGTERM / SIGUSR1 / Ctrl-C → checkpoint, leave at a log step; installed first, so that a signal while the rank
+    # builds (data, a compile that takes minutes) waits for the first log step instead of killing it (guards chapter)
+    stop = StopSignal([*T.stop_signals, "SIGINT"], say=R.is_main)
+    try: _start(R, policy)
+    except BaseException:
+        stop.restore()
+        raise
+    beat = R.beat
     try:
         W, R.last_log, R.step_in_epoch = _Window(R), None, R.skip_steps
         net, model, gen, scaler, device = R.net, R.model, R.gen, R.scaler, R.device

@@ -12,7 +12,7 @@ import numpy as np
 from .store import StoreError
 
 # %% auto #0
-__all__ = ['ViewError', 'KeyView', 'view_source', 'key_view', 'key_views', 'viewed']
+__all__ = ['ViewError', 'KeyView', 'view_source', 'view_sources', 'key_view', 'key_views', 'viewed']
 
 # %% ../nbs/03b_views.ipynb #e3412e3c
 class ViewError(StoreError):
@@ -24,8 +24,8 @@ _SLICE = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*\[\s*(-?\d*)\s*:\s*(-?\d*)\s*\]\s
 class KeyView:
     """What a policy reads as `name`, made from rows of the store's `data/<src>` (shape `src_shape` a step): `kind`
     `same`, `frames` (channels-last (H, W, 3) → uint8 (3, H, W); float values in [0, 255] are rounded), `flat` (every
-    axis after time in one) or `slice` (values `start:stop` of a vector). Call it on rows with any leading axes, numpy
-    or torch, on any device."""
+    axis after time in one), `slice` (values `start:stop` of a vector) or `concat` (vectors of several arrays joined:
+    `parts`; read it with `read`). Call it on rows with any leading axes, numpy or torch, on any device."""
     name: str
     src: str
     kind: str
@@ -34,6 +34,7 @@ class KeyView:
     dtype: str
     start: int = 0
     stop: int = 0
+    parts: tuple = ()    # `concat`: the views joined, in order, along the last axis
     def __call__(self, x):
         if self.kind == "same": return x
         lead = tuple(x.shape[:x.ndim - len(self.src_shape)])
@@ -52,6 +53,28 @@ class KeyView:
         s = np.asarray(s).reshape(-1)
         return s[self.start:self.stop] if self.kind == "slice" else s
 
+    @property
+    def srcs(self) -> tuple:
+        "The stored arrays this view reads (one; a `concat` view: each of its parts')."
+        return tuple(dict.fromkeys(s for p in self.parts for s in p.srcs)) if self.kind == "concat" else (self.src,)
+
+    def read(self, get, t):
+        """The view of rows `t` (any leading shape), `get(src, t)` reading the rows of one stored array (numpy or torch:
+        what the dataset's gathers return). A `concat` view reads each part and joins them, as its `dtype`."""
+        if self.kind != "concat": return self(get(self.src, t))
+        xs = [p.read(get, t) for p in self.parts]
+        if hasattr(xs[0], "movedim"):
+            import torch
+            dt = getattr(torch, self.dtype)
+            return torch.cat([x.to(dt) for x in xs], -1)
+        return np.concatenate([np.asarray(x, dtype=self.dtype) for x in xs], -1)
+
+    def stats_of(self, stats: dict) -> tuple:
+        "This view's (min, max, mean, std) from the per-value statistics of its sources (`stats`: {src: tuple})."
+        if self.kind != "concat": return tuple(self.stats(x) for x in stats[self.src])
+        per = [p.stats_of(stats) for p in self.parts]
+        return tuple(np.concatenate([np.asarray(q[i]).reshape(-1) for q in per]) for i in range(len(per[0])))
+
 # %% ../nbs/03b_views.ipynb #70b63513
 def _found(name: str, src: str, a) -> KeyView:
     "The view an array's layout asks for (`frames`, `flat` or `same`)."
@@ -66,13 +89,34 @@ def _found(name: str, src: str, a) -> KeyView:
     return KeyView(name, src, "same", s, s, dt)
 
 def view_source(spec: str) -> str:
-    "The stored key a view spec reads (`state[0:2]` → `state`, a rename → itself)."
-    m = _SLICE.match(spec)
-    return (m.group(1) if m else spec).strip()
+    "The stored key a view spec reads (`state[0:2]` → `state`, a rename → itself; a join: its first part's)."
+    return view_sources(spec)[0]
 
+def view_sources(spec: str) -> list:
+    "Every stored key a view spec reads (`a+b[0:3]` → `[a, b]`)."
+    out = []
+    for part in str(spec).split("+"):
+        m = _SLICE.match(part)
+        out.append((m.group(1) if m else part).strip())
+    return list(dict.fromkeys(out))
+
+def _joined(info, name: str, spec: str) -> KeyView:
+    "A `concat` view: the vectors its `+`-separated parts name, joined along the last axis."
+    where = getattr(info, "path", "the store")
+    parts = [key_view(info, name, p.strip()) for p in spec.split("+")]
+    for p in parts:
+        if len(p.shape) != 1:
+            raise ViewError(f"{where}: task.dataset.views.{name}: {spec!r} joins data/{p.src}, which a step holds as "
+                            f"{list(p.shape)}; a join takes (T, D) vectors")
+    dt = str(np.result_type(*[np.dtype(p.dtype) for p in parts]))
+    D = sum(p.shape[0] for p in parts)
+    return KeyView(name, parts[0].src, "concat", (D,), (D,), dt, parts=tuple(parts))
+
+# %% ../nbs/03b_views.ipynb #8608578a
 def key_view(info, name: str, spec: str | None = None) -> KeyView:
     "The view of observation or action key `name` in the store `info` describes, found or asked for with `spec`."
     where = getattr(info, "path", "the store")
+    if spec and "+" in str(spec): return _joined(info, name, str(spec))
     m = _SLICE.match(spec) if spec else None
     src = m.group(1) if m else (spec or name).strip()
     if src not in info.arrays:

@@ -85,10 +85,10 @@ def _store(tmp, name, data=None, ends=(20, 40, 60)):
 def _(tmp):
     raises(StoreError, "no such file or folder", validate, tmp / "nope.zarr")
 
-@row("S2", "store", "a file instead of a store folder", "not a zarr store (a zarr store is a folder)")
+@row("S2", "store", "a file instead of a store folder", "not a zarr store (a zarr store is a folder, or a zip of one)")
 def _(tmp):
     (tmp / "x.zarr").write_text("hi")
-    raises(StoreError, "not a zarr store (a zarr store is a folder)", validate, tmp / "x.zarr")
+    raises(StoreError, "not a zarr store (a zarr store is a folder, or a zip of one)", validate, tmp / "x.zarr")
 
 @row("S3", "store", "an object (pickled) array in data/", "refusing to load it because decoding it could run arbitrary code")
 def _(tmp):

@@ -11,10 +11,12 @@ from dptoolkit.launch import LaunchError, launch, world_info
 from conftest import alive, descendants, rank_processes, dpt, shell_reply, ROOT
 
 
-def _killed_rank():
-    import os, signal, torch, torch.distributed as dist
+def _killed_rank(stamp):
+    import os, signal, time, torch, torch.distributed as dist
     dist.barrier()
-    if dist.get_rank() == 1: os.kill(os.getpid(), signal.SIGKILL)
+    if dist.get_rank() == 1:
+        with open(stamp, "w") as f: f.write(repr(time.time()))     # the moment of the kill, for the test's clock
+        os.kill(os.getpid(), signal.SIGKILL)
     t = torch.ones(1); dist.all_reduce(t)     # rank 0 would wait here for the collective timeout
     return t.item()
 
@@ -25,12 +27,14 @@ def _raises():
     dist.barrier()
 
 
-def test_sigkilled_rank_surfaces_fast_without_orphans():
-    t0 = time.time()
+def test_sigkilled_rank_surfaces_fast_without_orphans(tmp_path):
+    """The promise: a killed rank is named in seconds, not after the collective's timeout (600 s here). The clock starts
+    at the kill, not before the ranks start: a slow host's start-up is not what this test is about (issue 91)."""
+    stamp = tmp_path / "killed_at"
     with pytest.raises(LaunchError) as e:
-        launch(_killed_rank, nprocs=2, timeout=600)
-    dt = time.time() - t0
-    assert e.value.rank == 1 and "SIGKILL" in e.value.cause and dt < 20, (str(e.value), dt)
+        launch(_killed_rank, str(stamp), nprocs=2, timeout=600)
+    dt = time.time() - float(stamp.read_text())
+    assert e.value.rank == 1 and "SIGKILL" in e.value.cause and dt < 30, (str(e.value), dt)
     time.sleep(0.5)
     assert alive(rank_processes()) == []
 
@@ -115,7 +119,7 @@ def test_sigterm_while_the_ranks_start_reaches_them(tmp_path):
         def body():
             time.sleep(300)                  # no handler: a rank that hears SIGTERM dies of it
         if __name__ == "__main__":
-            launch(body, nprocs=2, stop_grace=200, progress_bar=False)
+            launch(body, nprocs=2, stop_grace=400, progress_bar=False)
     """))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
@@ -126,9 +130,11 @@ def test_sigterm_while_the_ranks_start_reaches_them(tmp_path):
         time.sleep(0.005)
     ranks_then = len(rank_processes(p.pid))
     t1 = time.time(); p.send_signal(signal.SIGTERM)
-    out = p.communicate(timeout=150)[0]
+    out = p.communicate(timeout=450)[0]
     took = time.time() - t1
-    assert took < 60 and "did not stop within" not in out, (took, out[-2000:])
+    # the promise: the ranks hear it, the launcher does not wait out `stop_grace` (400 s); the server's own start-up
+    # (importing torch, minutes on a slow host) is inside `took`, so the bound is the grace, not a start-up budget
+    assert took < 300 and "did not stop within" not in out, (took, out[-2000:])
     assert p.returncode != 0 and "killed by SIGTERM" in out, out[-2000:]
     assert ranks_then == 0
     time.sleep(0.5)

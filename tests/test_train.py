@@ -258,3 +258,29 @@ def test_training_steps_never_read_back_to_the_host(merged, tmp_path):
     assert n.get("aten._fused_adamw_") == 5 and n.get("aten._foreach_lerp_") == 5      # 5 whole steps were counted
     assert n.get("aten._local_scalar_dense", 0) == 0, n
     assert n.get("c10d.allreduce_") == 5 and "c10d.broadcast_" not in n
+
+
+from dptoolkit.policy import DiffusionPolicy
+
+
+class _SignalledWhileBuilding(DiffusionPolicy):
+    "A policy whose construction in rank 0 delivers a real SIGTERM to that rank: a stop while the rank is starting."
+    @classmethod
+    def from_config(cls, cfg, normalizer=None):
+        import os, signal
+        p = super().from_config(cfg, normalizer=normalizer)
+        if os.environ.get("RANK") == "0": os.kill(os.getpid(), signal.SIGTERM)   # the ranks, not the parent's check
+        return p
+
+
+def test_a_stop_while_the_ranks_start_checkpoints_at_the_first_log_step(merged, tmp_path, capfd):
+    """Issue 91: SIGTERM reaching a rank while it builds (data, model, a compile that takes minutes) used to kill it
+    before it could checkpoint. The handler is installed first: the run trains to its first log step, checkpoints
+    there and ends as a stopped run, and says so on stderr."""
+    cfg = _cfg(merged)
+    cfg.training.max_steps = 200
+    r = train(cfg, nprocs=2, run_dir=tmp_path / "r", progress=False, policy=_SignalledWhileBuilding)
+    assert r.metrics["stopped_by"] == "SIGTERM" and r.metrics["steps"] == 5, r.metrics
+    assert int(load_checkpoint(latest_checkpoint(tmp_path / "r"))["state"]["step"]) == 5
+    said = capfd.readouterr()
+    assert "[rank 0] dptoolkit: SIGTERM: checkpointing at the next log step" in said.out + said.err

@@ -1,0 +1,119 @@
+"""Frames that stay compressed (issue 88): a replay buffer as UMI writes it (zarr 2, one-frame JPEG-XL chunks by
+imagecodecs' own numcodecs codec, a folder and a `.zarr.zip`; tests/data/umi/make_fixture.py) opens, verifies, merges,
+trains and resumes as any store; without imagecodecs it is refused in one line; a damaged frame is named."""
+import hashlib, json, shutil, subprocess, sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from conftest import ROOT, dpt
+from dptoolkit.store import StoreError, describe, open_store, verify
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
+
+UMI = ROOT / "tests" / "data" / "umi"
+FOLDER, ZIP = UMI / "umi_layout.zarr", UMI / "umi_layout.zarr.zip"
+WROTE = json.loads((UMI / "versions.json").read_text())
+SMALL = ["policy.down_dims=[32,64]", "policy.obs_encoder.backbone=small", "dataloader.batch_size=8",
+         "training.device=cpu", "training.log_every=2"]
+
+
+@pytest.mark.parametrize("store", [FOLDER, ZIP], ids=["folder", "zip"])
+def test_umi_store_reads_as_its_writer_decodes(store):
+    info = verify(store, progress=False)
+    cam = info.arrays["camera0_rgb"]
+    assert (cam.shape, cam.chunks, cam.compressor) == ((50, 64, 64, 3), (1, 64, 64, 3), "imagecodecs_jpegxl-99")
+    assert (info.episodes, info.steps, info.zarr_format) == (3, 50, 2)
+    frames = np.asarray(open_store(store)["data/camera0_rgb"][:])
+    assert list(frames.shape) == WROTE["frames"]["shape"]
+    assert hashlib.sha256(frames.tobytes()).hexdigest() == WROTE["frames"]["sha256"]     # what the writer decoded
+
+
+def test_inspect_and_verify_from_the_command_line():
+    r = dpt("inspect", ZIP, "--verify", check=0)
+    assert "imagecodecs_jpegxl-99" in r.stdout and "episodes: 3" in r.stdout, r.stdout
+
+
+def test_without_imagecodecs_one_line_names_array_codec_and_install():
+    code = ("import sys; sys.modules['imagecodecs'] = None\n"      # as if the package were not installed
+            "from dptoolkit.cli import console\n"
+            f"sys.argv = ['dpt', 'inspect', {str(ZIP)!r}]\nsys.exit(console())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "data/camera0_rgb" in err[0] and "'imagecodecs_jpegxl'" in err[0], err
+    assert "pip install 'dptoolkit[codecs]'" in err[0], err
+
+
+def test_merge_keeps_each_frame_compressed(tmp_path):
+    out = tmp_path / "both.zarr"
+    r = dpt("merge", ZIP, FOLDER, "-o", out, check=0)
+    info = describe(out)
+    assert info.arrays["camera0_rgb"].compressor == "imagecodecs_jpegxl-99", r.stdout
+    assert info.arrays["camera0_rgb"].chunks == (1, 64, 64, 3)
+    g, src = open_store(out), open_store(FOLDER)
+    assert np.array_equal(g["data/camera0_rgb"][50:], src["data/camera0_rgb"][:])
+    frames_bytes = sum(f.stat().st_size for f in (out / "data" / "camera0_rgb").iterdir())
+    src_bytes = sum(f.stat().st_size for f in (FOLDER / "data" / "camera0_rgb").iterdir())
+    assert frames_bytes <= 2 * src_bytes + 4096            # the same chunks, not decoded into Blosc
+
+
+def test_umi_zip_trains_with_one_command_and_resumes(tmp_path):
+    """`dpt train --data umi.zarr.zip`: the `umi` config by content (the camera through a view, the action a join of
+    three arrays), in a fresh process (the ranks register the codec themselves), decoded on the fly by 2 loader
+    workers; then resumed to 6 steps."""
+    run = tmp_path / "run"
+    args = ["train", "--data", ZIP, "--nprocs", "1", f"logging.run_dir={run}", "task.dataset.storage=chunks",
+            "dataloader.num_workers=2", "training.checkpoint_every=2", *SMALL]
+    r = dpt(*args, "training.max_steps=4", check=0, timeout=600)
+    assert json.loads((run / "result.json").read_text())["steps"] == 4, r.stdout[-2000:]
+    cfg = (run / "config.yaml").read_text()
+    assert "name: umi" in cfg and "robot0_eef_pos+robot0_eef_rot_axis_angle+robot0_gripper_width" in cfg
+    r = dpt(*args, "training.max_steps=6", "training.resume=true", check=0, timeout=600)
+    assert json.loads((run / "result.json").read_text())["steps"] == 6, r.stdout[-2000:]
+    assert int(load_checkpoint(latest_checkpoint(run))["state"]["step"]) == 6
+
+
+def test_a_damaged_frame_is_named(tmp_path):
+    bad = tmp_path / "bad.zarr"
+    shutil.copytree(FOLDER, bad)
+    (bad / "data" / "camera0_rgb" / "17.0.0.0").write_bytes(b"\xff\x0a not a JPEG-XL frame")
+    with pytest.raises(StoreError) as e: verify(bad, progress=False)
+    assert "data/camera0_rgb chunk (17, 0, 0, 0)" in str(e.value) and "17.0.0.0" in str(e.value), str(e.value)
+    from dptoolkit.dataset import SequenceDataset
+    ds = SequenceDataset(bad, 16, 2, 1, 7, keys=["camera0_rgb"], action_key="robot0_eef_pos", storage="chunks")
+    with pytest.raises(StoreError, match=r"data/camera0_rgb chunk 17 .*cannot be decoded"):
+        ds.__getitems__(list(range(len(ds))))
+
+
+def test_convert_keeps_frames_compressed_and_serves_the_same_windows(tmp_path):
+    """`dpt convert --frames jpegxl` on RoboTwin's raw episodes (two worker processes, which register the codec
+    themselves): each frame one JPEG-XL chunk, channels last; the dataset serves the same windows as the decoded
+    store's within the codec's loss, and the low-dim keys exactly."""
+    from dptoolkit.dataset import SequenceDataset
+    raw = ROOT / "tests" / "data" / "robotwin" / "raw"
+    dec, jxl = tmp_path / "dec.zarr", tmp_path / "jxl.zarr"
+    dpt("convert", raw, "-o", dec, "--workers", 2, "--no-progress", check=0)
+    dpt("convert", raw, "-o", jxl, "--workers", 2, "--no-progress", "--frames", "jpegxl", "--quality", 95, check=0)
+    a, b = describe(dec).arrays["head_camera"], describe(jxl).arrays["head_camera"]
+    assert b.compressor.startswith("imagecodecs_jpegxl") and b.chunks == (1, *a.shape[2:], 3), b
+    assert b.shape == (a.shape[0], *a.shape[2:], 3)
+    assert describe(jxl).attrs["convert"]["frames"] == {"codec": "imagecodecs_jpegxl", "quality": 95}
+    size = lambda p: sum(f.stat().st_size for f in (p / "data" / "head_camera").iterdir())
+    assert size(jxl) < size(dec), (size(jxl), size(dec))
+    kw = dict(horizon=8, n_obs_steps=2, pad_before=1, pad_after=5, keys=["head_camera", "state"])
+    x, y = SequenceDataset(dec, **kw, storage="memory"), SequenceDataset(jxl, **kw, storage="chunks")
+    assert len(x) == len(y) and y.shapes["head_camera"] == x.shapes["head_camera"]
+    i = list(range(0, len(x), 3))
+    bx, by = x.__getitems__(i), y.__getitems__(i)
+    assert np.array_equal(bx["obs"]["state"], by["obs"]["state"]) and np.array_equal(bx["action"], by["action"])
+    err = (bx["obs"]["head_camera"].int() - by["obs"]["head_camera"].int()).abs().float()
+    assert err.mean() < 3 and err.max() < 64, (err.mean(), err.max())      # JPEG-XL at 95: a few grey levels
+
+
+def test_convert_refuses_a_codec_name_and_a_quality_in_one_line(tmp_path):
+    raw = ROOT / "tests" / "data" / "robotwin" / "raw"
+    r = dpt("convert", raw, "-o", tmp_path / "o.zarr", "--frames", "jpegxl", "--quality", 150, "--no-progress")
+    assert r.returncode != 0 and "quality 150 outside 0-100" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o.zarr").exists()
