@@ -15,7 +15,7 @@ from .store import StoreError, _fmt_bytes, check_finite, describe, existing_pare
 
 # %% auto #0
 __all__ = ['ChunkCache', 'DataError', 'CacheError', 'default_cache_dir', 'store_identity', 'DecodedCache', 'memory_budget',
-           'populate', 'cache_list', 'cache_clear']
+           'populate', 'cache_list', 'cache_clear', 'decode_plan']
 
 # %% ../nbs/02b_cache.ipynb #01c5fd90
 class ChunkCache:
@@ -344,3 +344,35 @@ def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:
             shutil.rmtree(cache_dir / r.entry, ignore_errors=True)
         freed += int(r.bytes)
     return freed
+
+# %% ../nbs/02b_cache.ipynb #214fb99e
+def _at_rest(path, key: str) -> int:
+    "Bytes `data/<key>` takes on disk (a folder's chunk files; a zip's compressed members)."
+    from dptoolkit.store import is_zip_store
+    if is_zip_store(path):
+        import zipfile
+        with zipfile.ZipFile(path) as z:
+            return sum(i.compress_size for i in z.infolist() if i.filename.startswith(f"data/{key}/"))
+    return sum(f.stat().st_size for f in (Path(path) / "data" / key).rglob("*") if f.is_file())
+
+def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None) -> list:
+    """One line per key of `keys` whose array holds image-codec frames: bytes at rest and decoded, frames/s one core of
+    this machine decodes (timed on `sample` of its frames), and the steps/s one loader worker feeds when a step reads
+    `frames_per_step` of them (a rank's batch × observed steps)."""
+    import time
+    info = info or describe(path)
+    g, out = open_store(path), []
+    for k in keys:
+        a = info.arrays.get(k)
+        if a is None or not str(a.compressor).startswith("imagecodecs_"): continue
+        arr = g[f"data/{k}"]
+        idx = np.linspace(0, a.shape[0] - 1, min(sample, a.shape[0])).astype(int)
+        arr[int(idx[0])]                                   # the codec's first call pays its set-up
+        t = time.perf_counter()
+        for i in idx: arr[int(i)]
+        fps = len(idx) / max(time.perf_counter() - t, 1e-9)
+        out.append(f"data/{k}: {_fmt_bytes(_at_rest(path, k))} at rest as {a.compressor} frames, "
+                   f"{_fmt_bytes(a.nbytes)} decoded; one core decodes {fps:,.0f} frames/s here, a step reads "
+                   f"{frames_per_step}: one loader worker feeds {fps / max(frames_per_step, 1):,.1f} steps/s "
+                   f"(storage: chunks); storage: mmap decodes it once into the cache ({_fmt_bytes(a.nbytes)})")
+    return out

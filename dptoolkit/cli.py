@@ -186,8 +186,19 @@ def cmd_config(a):
     print(OmegaConf.to_yaml(cfg), end="")
     also = [c for c in _also_packaged(src) if c != cfg.name] if not src.isdigit() and not a.name else []
     if also: print(f"# also packaged for this store: {', '.join(also)} (dpt config {src} --name {also[0]})")
-    print(f"# plan for {n} process(es)\n" + "\n".join(f"#   {k}: {v}" for k, v in plan(cfg, n).__dict__.items()))
+    pl = plan(cfg, n)
+    print(f"# plan for {n} process(es)\n" + "\n".join(f"#   {k}: {v}" for k, v in pl.__dict__.items()))
     _print_memory(cfg, n)
+    if not src.isdigit(): _print_decoding(cfg, src, pl)
+
+def _print_decoding(cfg, src, pl):
+    "Where a compressed camera's frames are decoded, and whether one loader worker keeps up (cache chapter)."
+    from dptoolkit.cache import decode_plan
+    from dptoolkit.views import view_sources
+    D = cfg.task.dataset
+    views = dict(D.get("views") or {})
+    keys = list(dict.fromkeys(s for k in D.obs_keys for s in view_sources(str(views.get(k, k)))))
+    for line in decode_plan(src, keys, pl.per_device_batch * int(cfg.n_obs_steps)): print(f"# decoding: {line}")
 
 # %% ../nbs/08_cli.ipynb #4055f33d
 def _at_least(text: str, low: int) -> int:

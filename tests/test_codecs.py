@@ -117,3 +117,10 @@ def test_convert_refuses_a_codec_name_and_a_quality_in_one_line(tmp_path):
     r = dpt("convert", raw, "-o", tmp_path / "o.zarr", "--frames", "jpegxl", "--quality", 150, "--no-progress")
     assert r.returncode != 0 and "quality 150 outside 0-100" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "o.zarr").exists()
+
+
+def test_config_prints_where_the_frames_are_decoded():
+    r = dpt("config", ZIP, "--nprocs", 2, check=0)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("# decoding: data/camera0_rgb:")), None)
+    assert line and "imagecodecs_jpegxl-99 frames" in line and "a step reads 128" in line, r.stdout[-1500:]  # 64 × 2
+    assert "# decoding" not in dpt("config", ROOT / "data" / "images" / "beat_block_hammer.zarr", check=0).stdout
