@@ -500,6 +500,9 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
             raise SimError(f"{name}: --instruction {text!r}: this policy reads no instruction (it was trained with "
                            "policy.language=false)")
         return None, None
+    if text is not None and not str(text).strip():
+        raise SimError(f"{name}: --instruction {text!r} is empty; give the words the policy should follow (or leave "
+                       "--instruction out: the store's most used instruction of the task)")
     from dptoolkit.checkpoint import TrainError, run_config
     from dptoolkit.language import embedded, instruction_table, load_encoder, pack_tokens
     try: cfg = run_config(run) if isinstance(run, (str, Path)) else None
@@ -520,6 +523,10 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
         raise SimError(f"{name}: --instruction needs the run's encoder, {rec.get('name')} ({D} values, sha256 "
                        f"{str(rec.get('sha256'))[:12]}); {enc.name} is another ({enc.dim} values, sha256 "
                        f"{enc.sha256[:12]})")
+    n = len(enc.tokenizer(text)["input_ids"])
+    if n > enc.max_tokens:     # the encoder reads a budget of tokens: say what it cuts, before any episode plays
+        print(f"{name}: --instruction is {n} tokens; {enc.name} reads its first {enc.max_tokens}, the rest is cut",
+              file=sys.stderr, flush=True)
     pooled, toks, mask = enc.encode([text])
     v = pack_tokens(toks, mask)[0] if L else pooled[0]
     known.setdefault(key, {})[text] = v.tolist()

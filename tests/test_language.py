@@ -127,6 +127,11 @@ def test_a_language_policy_trains_on_stored_embeddings_and_rolls_out_with_a_new_
             "--json", check=0)
     assert json.loads(r.stdout)[0]["episodes_table"][0]["instruction"] == "move the tee"
     assert "move the tee" in json.loads((run / "instructions.json").read_text())[p.language_encoder.sha256]
+    r = dpt("rollout", run, "--instruction", "   ", "--episodes", 1, check=1)                     # issue 90: at the door
+    assert "--instruction '   ' is empty" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = dpt("rollout", run, "--instruction", " ".join(["move the tee"] * 20), "--episodes", 1, "--workers", 1,
+            "--max-steps", 8, "--json", check=0)
+    assert "--instruction is 62 tokens;" in r.stderr and "reads its first 32, the rest is cut" in r.stderr, r.stderr
     embed(st, tiny_encoder(tmp_path / "enc16", say, dim=16), progress=False)           # another encoder, another width
     with pytest.raises(PolicyError, match="embedded by .*enc16 .16 values.; the run's policy learnt .*enc's .32 values"):
         train(for_store(st, tiny + ["training.max_steps=4"]), nprocs=1, run_dir=run, resume=True, progress=False)
