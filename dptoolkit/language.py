@@ -129,6 +129,8 @@ def load_encoder(name_or_folder, max_tokens: int = 32) -> Encoder:
     try:
         tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
         model = AutoModel.from_pretrained(src, local_files_only=True).eval()
+        if getattr(model.config, "is_encoder_decoder", False):   # T5 (RDT's encoder), BART: the encoder alone reads
+            model = model.get_encoder().eval()                    # the text (its last hidden state, as RDT embeds)
     except (OSError, ValueError) as e:
         raise LanguageError(f"{name_or_folder}: cannot load a text encoder with transformers "
                             f"({str(e).splitlines()[0][:160]}); pass a folder, or a name already downloaded") from None
@@ -137,19 +139,25 @@ def load_encoder(name_or_folder, max_tokens: int = 32) -> Encoder:
     return Encoder(src, _weights_hash(folder), dim, tok, model, int(max_tokens))
 
 # %% ../nbs/03c_language.ipynb #315367e5
-def tiny_encoder(folder, words, dim: int = 32, seed: int = 0) -> Path:
-    "A random one-layer BERT of width `dim` and a vocabulary of `words`' words, saved in `folder` (for tests)."
+def tiny_encoder(folder, words, dim: int = 32, seed: int = 0, arch: str = "bert") -> Path:
+    """A random one-layer BERT (`arch="t5"`: a one-layer T5 encoder-decoder, RDT's family) of width `dim` and a
+    vocabulary of `words`' words, saved in `folder` (for tests)."""
     import torch, transformers
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertModel, BertTokenizerFast, T5Config, T5Model
     _quiet(transformers)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w for s in words for w in s.lower().split()})
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     torch.manual_seed(seed)
-    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=dim, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=2 * dim, max_position_embeddings=64)).save_pretrained(folder)
+    if arch == "t5":
+        T5Model(T5Config(vocab_size=len(vocab), d_model=dim, d_kv=dim // 2, d_ff=2 * dim, num_layers=1,
+                         num_decoder_layers=1, num_heads=2, pad_token_id=0,
+                         decoder_start_token_id=0)).save_pretrained(folder)
+    else:
+        BertModel(BertConfig(vocab_size=len(vocab), hidden_size=dim, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=2 * dim, max_position_embeddings=64)).save_pretrained(folder)
     # the WordPiece tokenizer built with `tokenizers` (transformers 5 ignores BertTokenizerFast's vocab_file: all [UNK])
     tk = Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
     tk.normalizer, tk.pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()

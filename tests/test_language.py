@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 pytest.importorskip("transformers", reason="text encoders load with transformers (pip install transformers)")
 
 from conftest import dpt
-from dptoolkit.language import (LanguageError, embed, episode_instructions, instruction_table, load_encoder,
+from dptoolkit.language import (LanguageError, embed, embedded, episode_instructions, instruction_table, load_encoder,
                                 held_out_instructions, set_held_out, set_instructions, tiny_encoder)
 from dptoolkit.merge import merge
 from dptoolkit.store import describe, sample_data
@@ -127,7 +128,7 @@ def test_a_language_policy_trains_on_stored_embeddings_and_rolls_out_with_a_new_
             "--json", check=0)
     assert json.loads(r.stdout)[0]["episodes_table"][0]["instruction"] == "move the tee"
     assert "move the tee" in json.loads((run / "instructions.json").read_text())[p.language_encoder.sha256]
-    r = dpt("rollout", run, "--instruction", "   ", "--episodes", 1, check=1)                     # issue 90: at the door
+    r = dpt("rollout", run, "--instruction", "   ", "--episodes", 1, check=1)          # issue 90: at the door
     assert "--instruction '   ' is empty" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = dpt("rollout", run, "--instruction", " ".join(["move the tee"] * 20), "--episodes", 1, "--workers", 1,
             "--max-steps", 8, "--json", check=0)
@@ -201,3 +202,19 @@ def test_a_transformer_attends_to_the_instructions_tokens(tmp_path):
     assert json.loads(r.stdout)[0]["episodes_table"][0]["instruction"] == "move the tee"
     cached = json.loads((run / "instructions.json").read_text())[f"{p.language_encoder.sha256}+tokens32"]
     assert len(cached["move the tee"]) == 32 * 17
+
+
+def test_an_encoder_decoder_models_encoder_embeds_a_store(tmp_path):
+    """Issue 90: RDT's family: a T5 folder (a one-layer random T5 made with save_pretrained; CI downloads no weights)
+    loads through load_encoder as its encoder alone, and `dpt embed` writes its pooled and token embeddings."""
+    import shutil
+    st = tmp_path / "p.zarr"
+    shutil.copytree(Path(__file__).parent / "data" / "pusht" / "pusht_fixture.zarr", st)
+    say = ["push the T onto the target", "slide the block into place"]
+    set_instructions(st, [say[0], say[1], say[0]])
+    enc = tiny_encoder(tmp_path / "t5", say, dim=24, arch="t5")
+    r = dpt("embed", st, "--encoder", enc, check=0)
+    rec = embedded(st)
+    assert rec["dim"] == 24 and rec["sha256"] == load_encoder(enc).sha256, (rec, r.stdout)
+    E = np.asarray(zarr.open_group(str(st), mode="r")["meta/instruction_embedding"][:])
+    assert E.shape == (2, 24) and np.isfinite(E).all() and not np.allclose(E[0], E[1])
