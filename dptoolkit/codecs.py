@@ -68,7 +68,7 @@ def missing_message(path, missing: dict) -> str:
 # %% ../nbs/00a_codecs.ipynb #c645d561
 FRAME_CODECS = {   # name: (imagecodecs' numcodecs class, default quality, extra arguments)
     "jpegxl": ("Jpegxl", 90, {"numthreads": 1, "lossless": False}),   # imagecodecs' Jpegxl is lossless unless told
-    "avif": ("Avif", 80, {"numthreads": 1}),
+    "avif": ("Avif", 80, {"numthreads": 1, "speed": 8}),   # its default speed: 7 s a 240x320 frame (bench/frames.py)
     "jpeg": ("Jpeg", 95, {}),
     "webp": ("Webp", 90, {"numthreads": 1, "lossless": False}),
     "jpeg2k": ("Jpeg2k", 40, {"numthreads": 1}),
