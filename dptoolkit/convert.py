@@ -18,7 +18,7 @@ from .codecs import CodecError, check_frames, frame_chunks, frame_codec, registe
 from .launch import die_with_parent   # the ground floor's (launch chapter)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
 from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, store_name,
-                              atomic_dir, create_array, describe, existing_parent, open_store,
+                             atomic_dir, create_array, describe, existing_parent, open_store,
                              validate)
 
 
@@ -192,13 +192,18 @@ def put_chunk(array_path, k: int, data: np.ndarray):
 
 
 # %% ../nbs/01b_convert.ipynb #40f8e951
-def _write_chunk(array_path, k, chunk_steps, reader, parts, shape):
-    """Worker: the frames of store chunk `k` (`parts`: reader arguments (file, key, first, last, extra, where) per
-    episode piece) decoded into this worker's chunk buffer, checked against `shape`, written as the chunk's file."""
+def _read_parts(chunk_steps, reader, parts, shape) -> tuple:
+    "(this worker's chunk buffer, frames in it): the pieces `parts` decoded into it by `reader`, checked on `shape`."
     buf, n = _chunk_buffer((chunk_steps, *shape)), 0
     for p in parts:
         reader(*p, out=buf[n:n + p[3] - p[2]])
         n += p[3] - p[2]
+    return buf, n
+
+def _write_chunk(array_path, k, chunk_steps, reader, parts, shape):
+    """Worker: the frames of store chunk `k` (`parts`: reader arguments (file, key, first, last, extra, where) per
+    episode piece) decoded into this worker's chunk buffer, checked against `shape`, written as the chunk's file."""
+    buf, n = _read_parts(chunk_steps, reader, parts, shape)
     buf[n:] = 0                                          # the last chunk's padding: the array's fill value
     put_chunk(array_path, k, buf)
     return n
@@ -206,10 +211,7 @@ def _write_chunk(array_path, k, chunk_steps, reader, parts, shape):
 def _write_frames(array_path, k, chunk_steps, reader, parts, shape):
     """Worker: as `_write_chunk`, for an array of image-codec frames (codecs chapter): the same frames decoded, each
     written channels-last as a chunk of its own, (1, H, W, 3), with the array's codec."""
-    buf, n = _chunk_buffer((chunk_steps, *shape)), 0
-    for p in parts:
-        reader(*p, out=buf[n:n + p[3] - p[2]])
-        n += p[3] - p[2]
+    buf, n = _read_parts(chunk_steps, reader, parts, shape)
     for i in range(n): put_chunk(array_path, k * chunk_steps + i, np.ascontiguousarray(buf[i].transpose(1, 2, 0))[None])
     return n
 

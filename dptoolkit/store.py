@@ -90,15 +90,19 @@ def store_name(path) -> str:
     "A store's name without its suffixes (`pusht.zarr`, `umi.zarr.zip` → `pusht`, `umi`): a one-task store's task name."
     return Path(path).name.removesuffix(".zip").removesuffix(".zarr")
 
+_zip_files = {}   # path -> whether that file is a zip: asked once a process (chunk reads ask for every chunk)
+
 def is_zip_store(path) -> bool:
     "Whether `path` is a zipped store (zarr's `ZipStore`: UMI's `.zarr.zip`), not a folder."
     p = Path(path)
-    return p.is_file() and zipfile.is_zipfile(p)
+    if not p.is_file(): return False
+    if str(p) not in _zip_files: _zip_files[str(p)] = zipfile.is_zipfile(p)
+    return _zip_files[str(p)]
 
 _zips = {}   # (path, pid, mtime) -> (zarr ZipStore, set of member names): one open handle per zip and process
 
 def _zip(path):
-    p = Path(path).resolve()
+    p = Path(path)
     k = (str(p), os.getpid(), p.stat().st_mtime_ns)
     if k not in _zips:
         for old in [o for o in _zips if o[0] == k[0]]: _zips.pop(old)
