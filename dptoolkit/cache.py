@@ -348,7 +348,8 @@ def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:
 # %% ../nbs/02b_cache.ipynb #214fb99e
 def _at_rest(path, key: str) -> int:
     "Bytes `data/<key>` takes on disk (a folder's chunk files; a zip's compressed members)."
-    from dptoolkit.store import is_zip_store
+    from dptoolkit.store import is_lerobot, is_zip_store, lerobot_bytes
+    if is_lerobot(path): return lerobot_bytes(path, key)          # a LeRobot camera: its mp4 files
     if is_zip_store(path):
         import zipfile
         with zipfile.ZipFile(path) as z:
@@ -364,7 +365,7 @@ def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None) -
     g, out = open_store(path), []
     for k in keys:
         a = info.arrays.get(k)
-        if a is None or not str(a.compressor).startswith("imagecodecs_"): continue
+        if a is None or not str(a.compressor).startswith(("imagecodecs_", "video-")): continue
         arr = g[f"data/{k}"]
         idx = np.linspace(0, a.shape[0] - 1, min(sample, a.shape[0])).astype(int)
         arr[int(idx[0])]                                   # the codec's first call pays its set-up

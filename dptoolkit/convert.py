@@ -16,6 +16,8 @@ from tqdm.auto import tqdm
 from . import __version__
 from .codecs import CodecError, check_frames, frame_chunks, frame_codec, register_codecs   # codecs chapter
 from .launch import die_with_parent   # the ground floor's (launch chapter)
+from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta, parquet,  # LeRobot chapter
+                               video_frames)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
 from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, store_name,
                              atomic_dir, create_array, describe, existing_parent, open_store,
@@ -24,8 +26,8 @@ from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, store_name,
 
 # %% auto #0
 __all__ = ['FRAME_CODEC', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
-           'put_chunk', 'robotwin_instructions', 'from_robotwin', 'lerobot_meta', 'from_lerobot', 'lerobot_stats',
-           'image_stats', 'aggregate_stats', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
+           'put_chunk', 'robotwin_instructions', 'from_robotwin', 'from_lerobot', 'lerobot_stats', 'image_stats',
+           'aggregate_stats', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
 
 # %% ../nbs/01b_convert.ipynb #a86937db
 class ConvertError(ValueError):
@@ -398,118 +400,21 @@ def from_robotwin(sources, dest, *, cameras=None, size=None, workers=None, chunk
 
 
 # %% ../nbs/01b_convert.ipynb #09dc36ec
-_LEROBOT_INDEX = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-
 def _pq():
-    try: import pyarrow.parquet as pq
-    except ImportError:
-        raise ConvertError("LeRobot datasets are parquet files: pip install 'dptoolkit[convert]'") from None
-    return pq
-
-def _read_table(f):
-    "A parquet table of a LeRobot dataset; a damaged or truncated file is named in one line (not arrow's words)."
-    pq = _pq()
-    try: return pq.read_table(f)
-    except Exception as e:
-        raise ConvertError(f"{f}: cannot be read as a parquet table ({type(e).__name__}); the file is damaged or "
-                           "truncated: download or copy the dataset again") from None
-
-def _lerobot_features(p: Path, feats: dict) -> tuple:
-    "(cameras, low-dim) of a LeRobot `features` table: feature name → store key."
-    cameras, low = {}, {}
-    for name, f in feats.items():
-        if name in _LEROBOT_INDEX: continue
-        if f.get("dtype") == "video":
-            short = name.split(".")[-1]
-            cameras[name] = short if short.endswith("camera") else f"{short}_camera"
-        elif f.get("dtype") == "image":
-            raise ConvertError(f"{p}: feature {name} holds images inside the parquet files (dtype image); this reader "
-                               "takes LeRobot's video features (use_videos=True, the default)")
-        elif f.get("dtype") in ("float32", "float64") and len(f.get("shape", [])) == 1 and \
-                (name == "action" or name.startswith("observation.")):
-            low[name] = name.split(".", 1)[1] if name.startswith("observation.") else name
-    if "action" not in low: raise ConvertError(f"{p}: no float 'action' feature (features: {', '.join(feats)})")
-    return cameras, low
-
-
-# %% ../nbs/01b_convert.ipynb #63e5d9fb
-def lerobot_meta(src) -> dict:
-    """A LeRobot v3.0 dataset's metadata: `info` (meta/info.json), `episodes` (a DataFrame of meta/episodes/*),
-    `tasks` (task index → text), `cameras` and `low_dim` (feature → store key)."""
-    import pandas as pd
-    src = Path(src)
-    p = src / "meta" / "info.json"
-    try: info = json.loads(p.read_text())
-    except (OSError, ValueError) as e: raise ConvertError(f"{p}: cannot be read as JSON ({e})") from None
-    v = str(info.get("codebase_version", "?"))
-    if not v.startswith("v3."):
-        raise ConvertError(f"{p}: codebase_version {v}; this reader takes LeRobot v3.x (convert older datasets with "
-                           "lerobot's own v2.1 → v3.0 script first)")
-    cameras, low = _lerobot_features(p, info.get("features") or {})
-    files = sorted((src / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
-    if not files: raise ConvertError(f"{src / 'meta' / 'episodes'}: no chunk-*/file-*.parquet episode tables")
-    eps = pd.concat([_read_table(f).to_pandas() for f in files]).sort_values("episode_index")
-    tp, tasks = src / "meta" / "tasks.parquet", {}
-    if tp.exists():
-        t = _read_table(tp).to_pandas()
-        tasks = {int(i): str(name) for name, i in zip(t.index, t["task_index"])}
-    return dict(info=info, episodes=eps.reset_index(drop=True), tasks=tasks, cameras=cameras, low_dim=low, root=src)
-
+    "pyarrow.parquet, or one `ConvertError` line saying how to install it."
+    try: return parquet()
+    except LeRobotError as e: raise ConvertError(str(e)) from None
 
 # %% ../nbs/01b_convert.ipynb #e5c978b6
-def _lerobot_low_dim(meta, keys) -> tuple:
-    "(arrays by store key, episode lengths, task index per episode) from the data parquet files, in `index` order."
-    import pyarrow as pa
-    root, eps = meta["root"], meta["episodes"]
-    files = sorted((root / "data").glob("chunk-*/file-*.parquet"))
-    if not files: raise ConvertError(f"{root / 'data'}: no chunk-*/file-*.parquet data files")
-    cols, tables = list(keys) + ["index", "episode_index", "task_index"], []
-    for f in files:
-        t = _read_table(f)
-        miss = [c for c in cols if c not in t.column_names]
-        if miss: raise ConvertError(f"{f}: no column {miss[0]} (columns: {', '.join(t.column_names)})")
-        tables.append(t.select(cols))
-    t = pa.concat_tables(tables).sort_by("index")
-    out = {name: np.asarray(t.column(k).combine_chunks().flatten(), dtype=np.float32).reshape(len(t), -1)
-           for k, name in keys.items()}
-    ep, lengths = t.column("episode_index").to_numpy(), eps["length"].to_numpy().astype(np.int64)
-    if len(t) != lengths.sum() or not np.array_equal(ep, np.repeat(eps["episode_index"].to_numpy(), lengths)):
-        raise ConvertError(f"{root / 'data'}: {len(t)} frames, the episode table lists {int(lengths.sum())} in "
-                           f"{len(lengths)} episodes; the data and meta/episodes disagree")
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    return out, lengths, t.column("task_index").to_numpy()[starts]
-
 def _video_frames(path, camera, j0, j1, extra, where, out=None) -> np.ndarray:
-    """Frames j0..j1 of one episode from its LeRobot video file (`extra` = (from_ts, fps, size): the episode starts
-    `from_ts` seconds into the file), decoded with PyAV into `out` (a new array when None), resized to `size` (H, W)
-    when given."""
-    import av
-    from_ts, fps, size = extra
-    t0, n, got = from_ts + j0 / fps, j1 - j0, 0
-    kw = dict(height=int(size[0]), width=int(size[1])) if size is not None else {}
-    if not Path(path).is_file():
-        raise ConvertError(f"{path}: missing ({where}: the {camera} video that meta/episodes names); the dataset is "
-                           "incomplete: download or copy it again")
-    try:
-        with av.open(str(path)) as c:
-            s = c.streams.video[0]
-            c.seek(int(max(0.0, t0 - 1.0 / fps) / s.time_base), stream=s, backward=True)
-            for fr in c.decode(s):
-                if fr.time is None or fr.time < t0 - 0.5 / fps: continue
-                img = fr.to_ndarray(format="rgb24", **kw)
-                if out is None: out = np.empty((n, 3, *img.shape[:2]), np.uint8)
-                _fit(out, got, img.transpose(2, 0, 1), path, where, camera)
-                got += 1
-                if got == n: break
-    except ConvertError: raise
-    except Exception as e:
-        raise ConvertError(f"{path} ({where}): {camera} cannot be decoded ({type(e).__name__}: "
-                           f"{str(e)[:100]})") from None
-    if got < n:
-        raise ConvertError(f"{path} ({where}): {camera} has {got} frames from {t0:.3f} s on, the episode table "
-                           f"says {n}")
-    return out
-
+    "`video_frames` (LeRobot chapter) into `out` (a new array when None), each frame checked for its size."
+    box = [out]
+    def fit(i, f):
+        if box[0] is None: box[0] = np.empty((j1 - j0, *f.shape), np.uint8)
+        _fit(box[0], i, f, path, where, camera)
+    try: video_frames(path, camera, j0, j1, extra, where, fit)
+    except LeRobotError as e: raise ConvertError(str(e)) from None
+    return box[0]
 
 # %% ../nbs/01b_convert.ipynb #932dacb8
 def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_steps: int = 100,
@@ -520,19 +425,20 @@ def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_step
     tasks. `frames`, `quality`: as `from_robotwin`'s."""
     fc = _frames_codec(frames, quality)
     with _pool(workers) as pool:   # the workers start while the source is read
-        meta = lerobot_meta(src)
-        eps, fps, root, info = meta["episodes"], float(meta["info"]["fps"]), meta["root"], meta["info"]
+        try: meta = lerobot_meta(src)
+        except LeRobotError as e: raise ConvertError(str(e)) from None
+        eps, fps, info = meta["episodes"], float(meta["info"]["fps"]), meta["info"]
         feats = {n: k for n, k in meta["cameras"].items() if cameras is None or k in cameras or n in cameras}
         if cameras is not None and len(feats) != len(cameras):
             raise ConvertError(f"{src}: cameras {', '.join(cameras)} asked for; the dataset has "
                                f"{', '.join(f'{k} ({n})' for n, k in meta['cameras'].items()) or 'none'}")
-        low, lengths, task_of = _lerobot_low_dim(meta, meta["low_dim"])
-        vpath = info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+        try:
+            low, lengths, task_of = lerobot_low_dim(meta, meta["low_dim"])
+            where = {n: camera_files(meta, n) for n in feats}
+        except LeRobotError as e: raise ConvertError(str(e)) from None
         size, spec = tuple(int(v) for v in size) if size else None, {}
         for n, key in feats.items():
-            files = [str(root / vpath.format(video_key=n, chunk_index=int(r[f"videos/{n}/chunk_index"]),
-                                              file_index=int(r[f"videos/{n}/file_index"]))) for _, r in eps.iterrows()]
-            t0 = eps[f"videos/{n}/from_timestamp"].to_numpy(dtype=float)
+            files, t0 = where[n]
             part = lambda e, a, b, n=n, f=files, t0=t0: (f[e], n, a, b, (t0[e], fps, size),
                                                          f"episode {eps.episode_index[e]}")
             spec[key] = _Camera((3, *(size or info["features"][n]["shape"][:2])), _video_frames, part)

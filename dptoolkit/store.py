@@ -13,6 +13,7 @@ import numpy as np
 import zarr
 
 from .codecs import missing_codecs, missing_message
+from .lerobot import LeRobotError, is_lerobot, lerobot_bytes, lerobot_group   # LeRobot folders in place
 
 # %% auto #0
 __all__ = ['ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'store_name',
@@ -148,11 +149,17 @@ def _check_raw_metadata(path: Path, metas):
                              "refusing to load it because decoding it could run arbitrary code")
 
 def open_store(path) -> zarr.Group:
-    """Open a replay-buffer store read-only (a folder, or a zip of one), with one clear `StoreError` for a missing or
+    """Open a replay-buffer store read-only (a folder, a zip of one, or a LeRobot v3 dataset's folder read in place),
+    with one clear `StoreError` for a missing or
     unsafe store or a codec this process cannot decode (imagecodecs' codecs are registered here, in every process that
     opens a store: codecs chapter)."""
     p = Path(path)
     if not p.exists(): raise StoreError(f"{p}: no such file or folder")
+    if p.is_dir() and is_lerobot(p):       # a LeRobot v3 dataset, read in place (LeRobot chapter)
+        try: g = lerobot_group(p)
+        except LeRobotError as e: raise StoreError(str(e)) from None
+        _disk_size[str(p)] = lerobot_bytes(p)
+        return g
     zipped = is_zip_store(p)
     if not p.is_dir() and not zipped:
         raise StoreError(f"{p}: not a zarr store (a zarr store is a folder, or a zip of one)")
@@ -210,7 +217,9 @@ class StoreInfo:
                              for k, a in self.arrays.items()]).set_index("key")
 
     def __str__(self):
-        head = (f"{self.path}  (zarr v{self.zarr_format})\n"
+        src = self.attrs.get("source") or {}
+        kind = "a LeRobot dataset, read in place" if src.get("kind") == "lerobot" else f"zarr v{self.zarr_format}"
+        head = (f"{self.path}  ({kind})\n"
                 f"  episodes: {self.episodes}   steps: {self.steps}   action_dim: {self.action_dim}\n"
                 f"  size: {_fmt_bytes(self.disk_bytes)} on disk, {_fmt_bytes(self.nbytes)} decoded\n")
         if self.task_names: head += f"  tasks: {', '.join(self.task_names)}\n"
@@ -225,6 +234,8 @@ def _fmt_bytes(n):
         n /= 1000
 
 def _compressor_name(arr) -> str:
+    video = arr.attrs.get("video") if arr.ndim == 4 else None     # a LeRobot camera: frames decoded from its video
+    if video: return f"video-{video.get('codec', '?')}"
     cs = [c for c in (getattr(arr, "compressors", None) or ()) if c is not None]
     if not cs: return "none"
     c = cs[0]
@@ -316,7 +327,9 @@ def chunk_file(path, key: str, array, coords) -> Path:
     return Path(path) / key / array.metadata.encode_chunk_key(tuple(int(c) for c in coords))
 
 def chunk_exists(path, key: str, array, coords) -> bool:
-    "Whether chunk `coords` of `array` has its file (a folder store) or member (a zipped store)."
+    """Whether chunk `coords` of `array` has its file (a folder store) or member (a zipped store); a LeRobot dataset's
+    chunks are its tables and videos, named when a read fails."""
+    if is_lerobot(path): return True
     if is_zip_store(path):
         return f"{key}/{array.metadata.encode_chunk_key(tuple(int(c) for c in coords))}" in _zip(path)[1]
     return chunk_file(path, key, array, coords).exists()
@@ -332,6 +345,7 @@ def read_chunk_rows(path, key: str, array, start: int, stop: int):
             raise StoreError(f"{path}: {key} chunk {ci} ({f}) is missing; zarr would read it as zeros. "
                              f"`dpt inspect {path} --verify` lists every damaged chunk")
     try: return array[start:stop]
+    except LeRobotError as e: raise StoreError(str(e)) from None     # the video that failed, named
     except Exception:
         for ci in range(start // C, (max(stop, start + 1) - 1) // C + 1):    # find the chunk that fails
             try: array.get_block_selection((ci, *tail))

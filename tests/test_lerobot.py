@@ -1,0 +1,102 @@
+"""A LeRobot v3 dataset as a training source, as it is (issue 88): the folder lerobot 0.4.4 wrote
+(tests/data/lerobot/make_fixture.py) opens as a store, serves the windows the converted store serves in every storage,
+trains from a fresh process with loader workers decoding its video and resumes; a missing, short or mis-sized video
+is named in one line."""
+import json, shutil
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, dpt
+from dptoolkit.checkpoint import latest_checkpoint, load_checkpoint
+from dptoolkit.convert import from_lerobot
+from dptoolkit.dataset import SequenceDataset
+from dptoolkit.store import StoreError, describe, open_store, verify
+
+LR = ROOT / "tests" / "data" / "lerobot" / "written_by_lerobot"
+MP4 = "videos/observation.images.top/chunk-000/file-000.mp4"
+SMALL = ["policy.down_dims=[32,64]", "policy.obs_encoder.backbone=small", "dataloader.batch_size=8",
+         "training.device=cpu", "training.log_every=2"]
+KEYS = dict(horizon=8, n_obs_steps=2, pad_before=1, pad_after=7, keys=["top_camera", "state"])
+
+
+def _batches(ds):
+    idx = np.arange(len(ds))
+    return ds.__getitems__(idx[::-1])      # every window, backwards: the decoder seeks
+
+
+@pytest.mark.parametrize("storage", ["memory", "chunks", "mmap"])
+def test_windows_in_place_equal_the_converted_stores(tmp_path, storage):
+    conv = from_lerobot(LR, tmp_path / "conv.zarr", workers=1, progress=False)
+    ref = _batches(SequenceDataset(conv.path, **KEYS, storage="memory"))
+    ds = SequenceDataset(LR, **KEYS, storage=storage, cache_dir=tmp_path / "cache")
+    got = _batches(ds)
+    assert ds.storage == storage and len(ds) == len(ref["action"]) == 23
+    for k in ("top_camera", "state"):
+        assert np.array_equal(got["obs"][k].numpy(), ref["obs"][k].numpy()), k
+    assert np.array_equal(got["action"].numpy(), ref["action"].numpy())
+    assert np.array_equal(got["task"].numpy(), ref["task"].numpy())
+    assert describe(LR).task_names == conv.task_names
+
+
+def test_inspect_and_verify_in_place():
+    r = dpt("inspect", LR, check=0)
+    assert "a LeRobot dataset, read in place" in r.stdout and "video-av1" in r.stdout, r.stdout
+    info = verify(LR, progress=False)
+    assert info.arrays["top_camera"].shape == (21, 3, 48, 64) and info.disk_bytes > 0
+
+
+def test_trains_in_place_with_loader_workers_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--data", LR, "--nprocs", "1", f"logging.run_dir={run}", "task.dataset.storage=chunks",
+            "dataloader.num_workers=2", "training.checkpoint_every=2", *SMALL]
+    r = dpt(*args, "training.max_steps=4", check=0, timeout=600)
+    assert json.loads((run / "result.json").read_text())["steps"] == 4, r.stdout[-2000:]
+    assert "top_camera" in (run / "config.yaml").read_text()
+    r = dpt(*args, "training.max_steps=6", "training.resume=true", check=0, timeout=600)
+    assert json.loads((run / "result.json").read_text())["steps"] == 6, r.stdout[-2000:]
+    assert int(load_checkpoint(latest_checkpoint(run))["state"]["step"]) == 6
+
+
+def _copy(tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(LR, bad)
+    return bad
+
+
+def test_a_missing_video_is_named(tmp_path):
+    bad = _copy(tmp_path)
+    (bad / MP4).unlink()
+    g = open_store(bad)                                 # the tables open; the frames are read when asked for
+    with pytest.raises(StoreError, match=r"file-000\.mp4: missing \(.*top_camera video that meta/episodes names"):
+        SequenceDataset(bad, **KEYS, storage="memory")
+    assert g["data/state"].shape == (21, 14)
+
+
+def test_a_video_shorter_than_its_episodes_is_named(tmp_path):
+    import av
+    bad = _copy(tmp_path)
+    frames = open_store(LR)["data/top_camera"][:15]
+    with av.open(str(bad / MP4), "w") as c:            # the same file, cut after 15 of its 21 frames
+        s = c.add_stream("libsvtav1", rate=50)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        for f in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(f.transpose(1, 2, 0).copy(), format="rgb24")): c.mux(p)
+        for p in s.encode(): c.mux(p)
+    ds = SequenceDataset(bad, **KEYS, storage="chunks")
+    with pytest.raises(StoreError, match=r"file-000\.mp4 \(episode 1, frame \d\): top_camera ends at file frame 15, "
+                                         r"the episode table needs frame \d+: the video is shorter"):
+        ds.__getitems__(np.arange(len(ds)))
+
+
+def test_a_video_of_another_size_than_info_says_is_named(tmp_path):
+    bad = _copy(tmp_path)
+    p = bad / "meta" / "info.json"
+    info = json.loads(p.read_text())
+    info["features"]["observation.images.top"]["shape"] = [96, 128, 3]
+    p.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=r"file-000\.mp4 \(episode 0, frame 0\): top_camera frames are 48×64, "
+                                         r"meta/info\.json says 96×128"):
+        open_store(bad)["data/top_camera"][0]        # zarr's own read: LeRobotError, a ValueError
+    with pytest.raises(StoreError, match="top_camera frames are 48×64, meta/info.json says 96×128"):
+        SequenceDataset(bad, **KEYS, storage="memory")   # the toolkit's: StoreError
