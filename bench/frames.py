@@ -6,8 +6,8 @@ H.264 through libx264, yuv420p, crf 30, a keyframe every 2 frames: lerobot's `en
 zoom, sensor noise) over the real photographs scikit-image's wheel bundles (astronaut, coffee, chelsea, rocket), at
 96x96, 240x320 and 480x640. Video is also read the way training reads it: a window of 2 frames at a random timestamp
 (seek to the keyframe, decode forward), PyAV. Then the loader: windows per second a `SequenceDataset` serves from
-the decoded store and from a JPEG-XL store, with 0, 1 and 2 `DataLoader` workers, and a projection for a 3-camera
-30 fps dataset. Everything is measured in this one run; ratios are to the decoded store's figure of the same run.
+the decoded store, a JPEG-XL store and a LeRobot dataset read in place, with 0, 1 and 2 `DataLoader` workers, and
+a projection for a 3-camera 30 fps dataset. Everything is measured in this one run; ratios are to the decoded store's figure of the same run.
 
     pip install scikit-image          # the photographs (bench only)
     python bench/frames.py [--frames 300] [--sizes 96x96,240x320,480x640] [--pusht PATH] [--json out.json]
@@ -123,28 +123,37 @@ def video_rates(data, n, fps=30, windows=100, seed=0):
     return seq, rnd
 
 
-def loader_rates(frames, tmp, codec_name="jpegxl", batches=30, batch=32):
-    "Windows/s from a decoded store and an image-codec store: 0, 1, 2 DataLoader workers (chunks storage)."
-    import torch
+def write_sources(frames, tmp, codec_name="jpegxl") -> list:
+    """The same frames (and a random 14-D state and action, episodes of 50 steps) three ways: a decoded store
+    (`dec.zarr`), one image-codec chunk a frame (`img.zarr`) and a LeRobot v3 dataset (`lerobot`: `to_lerobot`, AV1
+    as lerobot writes it, read in place by the LeRobot chapter). Returns the three paths."""
+    import zarr
     from dptoolkit.codecs import frame_codec
-    from dptoolkit.dataset import SequenceDataset
-    from dptoolkit.store import write_store
+    from dptoolkit.convert import to_lerobot
+    from dptoolkit.store import create_array, validate, write_store
     n = len(frames)
     ends = np.arange(50, n + 1, 50)
     state = np.random.default_rng(0).normal(size=(n, 14)).astype(np.float32)
     low = {"state": state, "action": state}
-    write_store(tmp / "dec.zarr", {**low, "cam": np.ascontiguousarray(frames.transpose(0, 3, 1, 2))}, ends,
+    write_store(tmp / "dec.zarr", {**low, "head_camera": np.ascontiguousarray(frames.transpose(0, 3, 1, 2))}, ends,
                 overwrite=True)
-    import zarr
-    from dptoolkit.store import create_array, validate
     write_store(tmp / "img.zarr", low, ends, overwrite=True)
     g = zarr.open_group(str(tmp / "img.zarr"), mode="a")
-    a = create_array(g, "data/cam", frames.shape, "uint8", (1, *frames.shape[1:]), frame_codec(codec_name))
+    a = create_array(g, "data/head_camera", frames.shape, "uint8", (1, *frames.shape[1:]), frame_codec(codec_name))
     a[...] = frames
     validate(tmp / "img.zarr")
+    to_lerobot(tmp / "dec.zarr", tmp / "lerobot", fps=30, progress=False)
+    return [tmp / "dec.zarr", tmp / "img.zarr", tmp / "lerobot"]
+
+
+def loader_rates(frames, tmp, codec_name="jpegxl", batches=30, batch=32):
+    "Windows/s from each of `write_sources`' three: 0, 1, 2 DataLoader workers (chunks storage)."
+    import torch
+    from dptoolkit.dataset import SequenceDataset
+    write_sources(frames, tmp, codec_name)
     out = {}
-    for store in ("dec.zarr", "img.zarr"):
-        ds = SequenceDataset(tmp / store, 8, 2, 1, 5, keys=["cam", "state"], storage="chunks")
+    for store in ("dec.zarr", "img.zarr", "lerobot"):
+        ds = SequenceDataset(tmp / store, 8, 2, 1, 5, keys=["head_camera", "state"], storage="chunks")
         for w in (0, 1, 2):
             sampler = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=batches * batch,
                                                      generator=torch.Generator().manual_seed(0))
@@ -164,6 +173,7 @@ def main():
     ap.add_argument("--sizes", default="96x96,240x320,480x640")
     ap.add_argument("--pusht", default=str(ROOT.parent / "shared/data/pusht/pusht_cchi_v7_replay.zarr"))
     ap.add_argument("--json")
+    ap.add_argument("--loader-only", action="store_true", help="only the loader's windows/s")
     a = ap.parse_args()
     from dptoolkit.codecs import register_codecs
     register_codecs()
@@ -174,7 +184,7 @@ def main():
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     srcs = [("photos", lambda H, W: photo_path(a.frames, H, W))]
     if Path(a.pusht).exists(): srcs.insert(0, ("pusht", lambda H, W: pusht_frames(a.pusht, a.frames, H, W)))
-    for sname, make in srcs:
+    for sname, make in ([] if a.loader_only else srcs):
         for H, W in sizes:
             if sname == "pusht" and (H, W) != (96, 96): continue     # PushT renders at 96x96
             f = make(H, W)
@@ -203,8 +213,11 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         lr = loader_rates(photo_path(400, 240, 320), Path(d))
     for w in (0, 1, 2):
-        print(f"workers {w}: decoded store {lr[('dec.zarr', w)]:7.0f} windows/s, JPEG-XL frames "
-              f"{lr[('img.zarr', w)]:7.0f} ({lr[('img.zarr', w)] / lr[('dec.zarr', w)]:.2f}x)")
+        d = lr[("dec.zarr", w)]
+        print(f"workers {w}: decoded store {d:7.0f} windows/s, JPEG-XL frames {lr[('img.zarr', w)]:7.0f} "
+              f"({lr[('img.zarr', w)] / d:.2f}x), LeRobot AV1 in place {lr[('lerobot', w)]:7.0f} "
+              f"({lr[('lerobot', w)] / d:.2f}x)")
+    if a.loader_only: return
     print("\n== projection: 3 cameras, 30 fps, 240x320, camera footage; robot_dp_14 at 1,384 samples/s on one H200 "
           "(2 observed frames x 3 cameras a sample) ==")
     need = 1384 * 2 * 3
