@@ -326,10 +326,13 @@ def chunk_file(path, key: str, array, coords) -> Path:
     (in a zipped store: its member's name after the zip's path)."""
     return Path(path) / key / array.metadata.encode_chunk_key(tuple(int(c) for c in coords))
 
+_lerobot_dirs = {}   # path -> whether it is a LeRobot folder
+
 def chunk_exists(path, key: str, array, coords) -> bool:
     """Whether chunk `coords` of `array` has its file (a folder store) or member (a zipped store); a LeRobot dataset's
     chunks are its tables and videos, named when a read fails."""
-    if is_lerobot(path): return True
+    if str(path) not in _lerobot_dirs: _lerobot_dirs[str(path)] = is_lerobot(path)   # asked once a process:
+    if _lerobot_dirs[str(path)]: return True                                          # every chunk read asks
     if is_zip_store(path):
         return f"{key}/{array.metadata.encode_chunk_key(tuple(int(c) for c in coords))}" in _zip(path)[1]
     return chunk_file(path, key, array, coords).exists()
