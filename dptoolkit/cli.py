@@ -354,6 +354,8 @@ def cmd_eval(a):
 
 # %% ../nbs/08_cli.ipynb #68b830b2
 def cmd_sim_data(a):
+    if a.env: return _env_demos(a)
+    if a.tasks: raise CLIError("--tasks are an --env's (Meta-World/MT1); the ALOHA simulator takes one --task")
     _fork_server()   # the episode workers' server
     from dptoolkit.sim import make_demos
     size = tuple(int(v) for v in a.size.lower().split("x"))
@@ -361,6 +363,18 @@ def cmd_sim_data(a):
                    keep="all" if a.keep_failed else "success", overwrite=a.overwrite, progress=not a.no_progress,
                    noise=a.noise)
     print(d)
+
+def _env_demos(a):
+    "`dpt sim-data --env ID`: the environment's scripted experts (Meta-World chapter) write the store."
+    from dptoolkit.envs import METAWORLD_ID
+    if a.env != METAWORLD_ID:
+        raise CLIError(f"--env {a.env}: scripted demonstrations come from {METAWORLD_ID} (Meta-World's experts) or "
+                       "the ALOHA simulator (--task)")
+    if a.camera or a.noise: raise CLIError(f"--camera and --noise are the ALOHA simulator's; {a.env} records state")
+    from dptoolkit.meta_world import MT10, metaworld_demos
+    tasks = list(MT10) if a.tasks == "MT10" else [t for t in (a.tasks or "pick-place-v3").split(",") if t]
+    print(metaworld_demos(a.output, tasks, a.episodes, a.seed, keep="all" if a.keep_failed else "success",
+                          overwrite=a.overwrite, progress=not a.no_progress))
 
 def _rollout_tasks(a) -> list | None:
     """`--tasks`, else for `--every` / `--watch` without --task / --task-name every simulator task of the run's store
@@ -377,9 +391,21 @@ def _rollout_tasks(a) -> list | None:
 
 
 # %% ../nbs/08_cli.ipynb #762a4801
+def _env_kwargs(text) -> dict | None:
+    "`--env-kwargs k=v,k2=v2` as a dict (values read as YAML), or one `CLIError` naming the piece that is not k=v."
+    from dptoolkit.config import _yaml_value
+    if not text: return None
+    out = {}
+    for p in (p.strip() for p in text.split(",")):
+        if not p: continue
+        k, eq, v = p.partition("=")
+        if not eq or not k.strip():
+            raise CLIError(f"--env-kwargs {text!r}: {p!r} is not KEY=VALUE (e.g. damping=0.1,observation_width=96)")
+        out[k.strip()] = _yaml_value(v.strip())
+    return out
+
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
-    from dptoolkit.config import _yaml_value
     from dptoolkit.envs import rollout   # the one door: our ALOHA tasks and gymnasium environments
     from dptoolkit.sim import RolloutBroken, is_env, rollout_run, rollout_table, rollout_task, watch_rollouts
     tasks = _rollout_tasks(a)                           # several simulator tasks (a merged store's), or None
@@ -389,8 +415,7 @@ def cmd_rollout(a):
     if env and a.baselines: raise CLIError(f"--baselines: the scripted expert and hold-still are ALOHA's; {a.task} "
                                            "plays policies")
     a.seed = a.seed if a.seed is not None else 100000 if env else 1000
-    kw = {k.strip(): _yaml_value(v) for k, v in (p.split("=", 1) for p in a.env_kwargs.split(",") if p.strip())} \
-        if a.env_kwargs else None
+    kw = _env_kwargs(a.env_kwargs)
     if kw and not env: raise CLIError("--env-kwargs are for a gymnasium environment (--env ID)")
     if a.watch:      # what train starts beside its ranks (eval.rollout_every)
         watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
@@ -788,10 +813,13 @@ COMMANDS.update({
         examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2",
                   "dpt sim-data --episodes 60 --camera --size 72x96 --noise 0.02 -o cam.zarr",
                   "dpt sim-data --task insertion --episodes 50 -o insertion.zarr",
-                  "dpt sim-data --task lift_cube --episodes 32 --noise 0.02 -o lift.zarr"],
+                  "dpt sim-data --task lift_cube --episodes 32 --noise 0.02 -o lift.zarr",
+                  "dpt sim-data --env Meta-World/MT1 --tasks pick-place-v3,drawer-open-v3 --episodes 10 -o mw.zarr"],
         args=[_a("--task", default="transfer_cube", choices=["transfer_cube", "insertion", "lift_cube"],
                  help="transfer_cube (default), insertion, or lift_cube (transfer-cube's scene, the right arm lifts "
                  "the cube and holds it)"),
+              _a("--env", help="a gymnasium environment whose tasks ship scripted policies instead: Meta-World/MT1"),
+              _a("--tasks", help="with --env: its tasks, comma-separated (default pick-place-v3; MT10: all ten)"),
               _a("--episodes", type=count, default=50, help="seeds to run (default 50)"),
               _a("-o", "--output", required=True, help="the store to write"),
               _a("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)"),

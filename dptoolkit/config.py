@@ -374,6 +374,10 @@ def for_store(path, overrides=(), name=None) -> DictConfig:
     cfg.shape_meta.obs = shapes
     cfg.shape_meta.obs_dim = int(sum(s[0] for s in shapes.values() if len(s) == 1))
     cfg.shape_meta.action_dim = int(adim)
+    env = ((info.attrs or {}).get("env") or {}).get("id")     # a store recorded in an environment (Meta-World chapter)
+    set_env = any(str(o).startswith("eval.env=") for o in overrides)
+    if env and "eval" in cfg and cfg.eval.get("env", "") is None and not set_env:
+        cfg.eval.env = env                                     # the run rolls out there without being told
     return cfg
 
 # %% ../nbs/02_config.ipynb #77a4320f

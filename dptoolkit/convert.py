@@ -19,15 +19,15 @@ from .launch import die_with_parent   # the ground floor's (launch chapter)
 from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta, parquet,  # LeRobot chapter
                                video_frames)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
-from .store import (ALL_CHUNKS, StoreInfo, _fmt_bytes, store_name,
+from .store import (ALL_CHUNKS, FRAME_CODEC, StoreInfo, _fmt_bytes, store_name,
                              atomic_dir, create_array, describe, existing_parent, open_store,
                              validate)
 
 
 # %% auto #0
-__all__ = ['FRAME_CODEC', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts',
-           'put_chunk', 'robotwin_instructions', 'from_robotwin', 'from_lerobot', 'lerobot_stats', 'image_stats',
-           'aggregate_stats', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
+__all__ = ['ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts', 'put_chunk',
+           'robotwin_instructions', 'from_robotwin', 'from_lerobot', 'lerobot_stats', 'image_stats', 'aggregate_stats',
+           'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
 
 # %% ../nbs/01b_convert.ipynb #a86937db
 class ConvertError(ValueError):
@@ -285,8 +285,6 @@ class _Camera:
 
 def _free(dest) -> str:
     return _fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)
-
-FRAME_CODEC = dict(cname="lz4", clevel=1, shuffle=2)   # Blosc, bit-shuffled LZ4: camera frames (see above)
 
 def _frames_codec(frames, quality):
     "The image codec `frames` names (None: decoded), or one `ConvertError` line."

@@ -18,8 +18,9 @@ from .sim import rollout as aloha_rollout
 from .views import KeyView
 
 # %% auto #0
-__all__ = ['PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'EnvError', 'pusht_keypoints', 'pusht_initial_state', 'EnvSpec', 'env_spec',
-           'GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'rollout', 'replay_pusht']
+__all__ = ['PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'METAWORLD_ID', 'EnvError', 'pusht_keypoints', 'pusht_initial_state', 'EnvSpec',
+           'env_spec', 'GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'rollout',
+           'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #011d2e89
 class EnvError(SimError):
@@ -73,10 +74,12 @@ class EnvSpec:
     obs: object = _generic_obs                     # (observation, info) -> {store key: array}
     obs_type: object = None                        # policy keys -> {"obs_type": ...} for gym.make, or None
     reset_options: object = None                   # seed -> reset options, or None
-    success_reward: float | None = None            # a reward at least this is success (None: info["is_success"])
+    success_reward: float | None = None            # a reward at least this is success (None: info[success_info])
     note: str = ""
     reward_scale: float = 1.0                      # score = an episode's highest reward / this (in [0, 1])
     env_vars: dict = field(default_factory=dict)   # set (if unset) before the package is imported
+    success_info: str = "is_success"               # the info key that says success (gymnasium's habit)
+    task_kwarg: str | None = None                  # the gym.make argument that picks a task (the run's task name)
 
 ENVS = {PUSHT_ID: EnvSpec(
     PUSHT_ID, "gym-pusht", "gym_pusht", ("agent_pos", "keypoint", "state", "img"), _pusht_obs,
@@ -101,27 +104,53 @@ def env_spec(env_id: str) -> EnvSpec:
     ns = env_id.split("/")[0] if "/" in env_id else ""
     return EnvSpec(env_id, ns.replace("_", "-"), ns)
 
+# %% ../nbs/13b_envs.ipynb #7d2e0d29
+METAWORLD_ID = "Meta-World/MT1"
+
+def _metaworld_obs(raw, info) -> dict:
+    "Meta-World's 39-value observation as the store's `state`."
+    return {"state": np.asarray(raw, np.float32).reshape(-1)}
+
+ENVS[METAWORLD_ID] = EnvSpec(
+    METAWORLD_ID, "metaworld", "metaworld", ("state",), _metaworld_obs,
+    lambda keys: {"disable_env_checker": True},   # its boxes warn at every step (bounds its observations exceed)
+    None, None,
+    "Meta-World's one-task benchmark: env_name picks the task (the run's task name); success = info['success'], "
+    "score = max reward / 10", 10.0, {"MUJOCO_GL": "egl"}, success_info="success", task_kwarg="env_name")
+
 # %% ../nbs/13b_envs.ipynb #c06c219e
+def _nearest(env_id: str, gym) -> str:
+    "', did you mean X' for the registered (or known: `ENVS`) id nearest to a mistyped one, else ''."
+    import difflib
+    near = difflib.get_close_matches(env_id, sorted({*gym.registry, *ENVS} - {env_id}), n=1, cutoff=0.75)
+    return f"; did you mean {near[0]}?" if near else ""
+
 def _make(env_id: str, kwargs: dict, given: dict | None = None):
     "gym.make, its errors as one `EnvError` line (`given`: the user's keyword arguments, named in that line)."
 
     spec = env_spec(env_id)
     try: import gymnasium as gym
     except ImportError: raise EnvError(f"{env_id}: gymnasium is not installed (pip install gymnasium "
-                                       f"{spec.package})") from None
+                                       f"{spec.package})".replace(" )", ")")) from None
     for k, v in spec.env_vars.items(): os.environ.setdefault(k, v)
     if "MUJOCO_GL" in spec.env_vars:   # torchvision before MuJoCo's EGL: the other order segfaults (sim's _sim)
         try: import torchvision  # noqa: F401
         except ImportError: pass
     if spec.module:
         try: __import__(spec.module)
-        except ImportError: raise EnvError(f"{env_id}: the environment's package is not installed: pip install "
-                                           f"{spec.package}") from None
+        except ImportError:
+            if env_id in ENVS:   # a package we know: its pip name
+                raise EnvError(f"{env_id}: the environment's package is not installed: pip install {spec.package}"
+                               ) from None
+            raise EnvError(f"{env_id}: no gymnasium environment of that id is registered, and no module {spec.module}"
+                           f" registers namespace {spec.module}" + (_nearest(env_id, gym) or
+                           f"; install the package that provides it (its name is often {spec.package})")) from None
     try: return gym.make(env_id, **kwargs)
     except gym.error.Error as e:   # NameNotFound, NamespaceNotFound, VersionNotFound, ...
         ids = sorted(k for k in gym.registry if k.split("/")[0] == env_id.split("/")[0])
         raise EnvError(f"{env_id}: no gymnasium environment of that id ({type(e).__name__}); "
-                       + (f"registered there: {', '.join(ids[:8])}" if ids else "pass an id gym.make knows")) from None
+                       + (f"registered there: {', '.join(ids[:8])}" if ids else "pass an id gym.make knows")
+                       + _nearest(env_id, gym)) from None
     except TypeError as e:
         why = str(e).split(" was raised from")[0]
         raise EnvError(f"{env_id}: env_kwargs {kwargs if given is None else given} refused by the environment "
@@ -143,7 +172,8 @@ class GymEnv:
     def step(self, action) -> tuple:
         "(observation as store keys, reward, success, episode over, info)."
         raw, r, term, trunc, info = self.env.step(np.asarray(action, dtype=np.float32))
-        ok = r >= self.spec.success_reward if self.spec.success_reward is not None else bool(info.get("is_success"))
+        bar = self.spec.success_reward
+        ok = r >= bar if bar is not None else bool(info.get(self.spec.success_info))
         return self.spec.obs(raw, info), float(r), bool(ok), bool(term or trunc), info
     def close(self): self.env.close()
 
@@ -223,6 +253,17 @@ def run_env(run) -> tuple:
     env = OmegaConf.select(cfg, "eval.env", default=None)
     return env, dict(OmegaConf.select(cfg, "eval.env_kwargs", default=None) or {})
 
+def _task_kwargs(env: str, env_kwargs: dict, pol, task_name, name) -> dict:
+    "`env_kwargs` with the spec's task keyword (`EnvSpec.task_kwarg`) set to the task played, when not given."
+    k = env_spec(env).task_kwarg
+    if not k or k in env_kwargs: return env_kwargs
+    names = list(getattr(pol, "task_names", None) or [])
+    task = task_name or (names[0] if len(names) == 1 else None)
+    if not task:
+        raise EnvError(f"{name}: {env} plays one task: pass task_name= (--task-name) or env_kwargs {k}=... "
+                       + (f"(the run has {', '.join(names)})" if names else ""))
+    return {**env_kwargs, k: task}
+
 def play(run_or_policy, env: str | None = None, episodes: int = 50, workers=None, seed: int = 100000,
          max_steps: int | None = None, env_kwargs=None, inference_steps=None, progress: bool = True,
          task_name=None, group: int = 25, instruction=None) -> RolloutResult:
@@ -239,8 +280,10 @@ def play(run_or_policy, env: str | None = None, episodes: int = 50, workers=None
     else:
         import cloudpickle, uuid
         pol, name, spec = run_or_policy, "policy", (uuid.uuid4().hex, cloudpickle.dumps(run_or_policy))
+    env_kwargs = _task_kwargs(env, env_kwargs, pol, task_name, name)
     check_env(pol, env, name=name, env_kwargs=env_kwargs).close()
-    idx = task_index(pol, task_name, name)
+    chosen = env_spec(env).task_kwarg and getattr(pol, "task_embed", None) is None   # the name picked the env's task
+    idx = task_index(pol, None if chosen else task_name, name)
     said, emb = run_instruction(run_or_policy, pol, instruction, name, env)
     steps = int(inference_steps or getattr(pol, "num_inference_steps", 0)) or None
     seeds = list(range(seed, seed + episodes))

@@ -12,9 +12,11 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
+from .lerobot import is_lerobot   # a LeRobot folder: its cameras are video
 from .language import episode_instructions, held_out_instructions
 from dptoolkit.store import (
     ALL_CHUNKS,
+    frame_compressor,
     store_name,
     StoreError,
     StoreInfo,
@@ -178,6 +180,21 @@ def _sim_attrs(infos, keys) -> dict | None:
 def _dir_bytes(p) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
 
+def _layout(k, srcs, groups, fmt, n) -> tuple:
+    """How the merged `data/k` is kept: (codec, steps per chunk) of the first source that is a store. A LeRobot
+    folder is read in place (parquet; each camera video, decoded a frame a chunk): where every source is one, `k` is
+    kept as convert keeps it (a camera's frames Blosc LZ4, the rest `default_compressor`; 100-step chunks), not in one
+    uncompressed chunk a frame."""
+    for s, g in zip(srcs, groups):
+        if not is_lerobot(s): return ((a := g[f"data/{k}"]).compressors or (None,))[0], a.chunks[0]
+    frames = groups[0][f"data/{k}"].ndim == 4
+    return frame_compressor(fmt) if frames else "default", min(100, max(1, n))
+
+def _need(s, g, k) -> int:
+    "About the bytes `data/k` of source `s` takes in the merge: its own on disk; a LeRobot folder's: decoded."
+    return g[f"data/{k}"].nbytes if is_lerobot(s) else _dir_bytes(s / "data" / k)
+
+# %% ../nbs/01_merge.ipynb #aa230165
 def merge(sources, dest, *, keys=None, task_names=None, pad=None, overwrite: bool = False, progress: bool = True,
           zarr_format: int = 2) -> StoreInfo:
     """Concatenate replay-buffer `sources` into a new store `dest`, streaming and atomically. Returns its `StoreInfo`.
@@ -195,7 +212,7 @@ def merge(sources, dest, *, keys=None, task_names=None, pad=None, overwrite: boo
     total = sum(i.arrays[k].nbytes for i in infos for k in keys)                    # the sources' bytes
     provenance = [dict(path=str(s.resolve()), episodes=i.episodes, steps=i.steps, task_names=i.task_names or None)
                   for s, i in zip(srcs, infos)]
-    need = sum(_dir_bytes(s / "data" / k) for s in srcs for k in keys)      # the same codec: about the sources' size
+    need = sum(_need(s, g, k) for s, g in zip(srcs, groups) for k in keys)  # the same codec: about the sources' size
     free = shutil.disk_usage(existing_parent(dest)).free
     if need > free:
         raise MergeError(f"{dest}: not enough disk space: the merge needs about {_fmt_bytes(need)}, "
@@ -206,10 +223,9 @@ def merge(sources, dest, *, keys=None, task_names=None, pad=None, overwrite: boo
             out = zarr.open_group(str(tmp), mode="a", zarr_format=zarr_format)
             for k in keys:
                 first = groups[0][f"data/{k}"]
-                comp = (first.compressors or (None,))[0]
+                comp, steps = _layout(k, srcs, groups, zarr_format, int(offsets[-1]))
                 trail = (max(widths[k]),) if k in widths else tuple(first.shape[1:])
-                arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + trail, first.dtype,
-                                   (first.chunks[0],) + trail, comp)
+                arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + trail, first.dtype, (steps,) + trail, comp)
                 _copy_key(k, srcs, [g[f"data/{k}"] for g in groups], arr, bar)
             for name, values in (("episode_ends", all_ends), ("episode_task", episode_task)):
                 m = out.create_array(f"meta/{name}", shape=values.shape, dtype="int64", chunks=(max(1, len(values)),),

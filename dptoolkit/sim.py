@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_sim.ipynb #72019904
 from __future__ import annotations
-import collections, json, math, os, shutil, sys, time
+import collections, json, math, os, re, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,13 +69,17 @@ def _sim():
     return collections.namedtuple("Sim", "mujoco control constants sim ee sample_box_pose sample_insertion_pose")(
         mujoco, control, constants, sim, sim_end_effector, sample_box_pose, sample_insertion_pose)
 
+_GYM_ID = re.compile(r"^(?:[\w:.-]+/)?[\w:.-]+-v\d+$")   # gymnasium's ids: [namespace/]Name-vN
+
 def is_env(task) -> bool:
-    "A gymnasium environment id (`namespace/Name-vN`, envs chapter) rather than one of our ALOHA tasks."
-    return isinstance(task, str) and "/" in task
+    """A gymnasium environment id (envs chapter) rather than one of our ALOHA tasks: with a namespace
+    (`gym_pusht/PushT-v0`) or without one (`Pendulum-v1`, `CartPole-v1`: registered by gymnasium or by the user)."""
+    return isinstance(task, str) and task not in TASKS and ("/" in task or bool(_GYM_ID.match(task)))
 
 def _check_task(task):
     if task not in TASKS and not is_env(task):
-        raise SimError(f"task {task!r}: expected one of {', '.join(TASKS)}, or a gymnasium id (gym_pusht/PushT-v0)")
+        raise SimError(f"task {task!r}: expected one of {', '.join(TASKS)}, or a gymnasium id ([namespace/]Name-vN: "
+                       "gym_pusht/PushT-v0, Pendulum-v1)")
 
 
 
@@ -421,12 +425,13 @@ def rollout_task(task=None, task_name=None, run=None) -> str:
     if task is not None:
         _check_task(task)
         return task
+    own = isinstance(run, (str, Path)) and str(run) not in ("expert", "hold")
     if task_name is not None:
         if task_name not in TASKS:
+            if own and (env := recorded_env(run)): return env   # the run's environment plays it (Meta-World's tasks)
             raise SimError(f"--task-name {task_name}: the simulator has no task of that name (it has "
                            f"{', '.join(TASKS)}); pass --task for the environment to play it in")
         return task_name
-    own = isinstance(run, (str, Path)) and str(run) not in ("expert", "hold")
     return (own and recorded_env(run)) or (recorded_task(run) if own else None) or "transfer_cube"
 
 def recorded_env(run) -> str | None:
@@ -673,7 +678,7 @@ def gather_episodes(futs: dict, bar, rows: list, name: str, task: str, t0: float
         e = RolloutBroken(f"rollout {name} in {task}: a worker process ended abruptly (killed, or out of memory) with "
                           f"seed(s) {', '.join(map(str, left[:8]))}{' …' if len(left) > 8 else ''} unfinished; "
                           f"{len(rows)} of {len(done) + len(left)} episodes finished and are kept; play the rest with: "
-                          f"dpt rollout RUN {'--env' if '/' in task else '--task'} {task} {span}")
+                          f"dpt rollout RUN {'--env' if is_env(task) else '--task'} {task} {span}")
         e.partial = part
         raise e from None
 

@@ -16,10 +16,11 @@ from .codecs import missing_codecs, missing_message
 from .lerobot import LeRobotError, is_lerobot, lerobot_bytes, lerobot_group   # LeRobot folders in place
 
 # %% auto #0
-__all__ = ['ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir', 'store_name',
-           'is_zip_store', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate', 'describe', 'episode_ends', 'episodes',
-           'chunk_file', 'chunk_exists', 'read_chunk_rows', 'verify', 'check_finite', 'default_compressor',
-           'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store', 'sample_data']
+__all__ = ['FRAME_CODEC', 'ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir',
+           'store_name', 'is_zip_store', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate', 'describe', 'episode_ends',
+           'episodes', 'chunk_file', 'chunk_exists', 'read_chunk_rows', 'verify', 'check_finite', 'frame_compressor',
+           'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store',
+           'sample_data']
 
 # %% ../nbs/00_store.ipynb #cdce336d
 class StoreError(ValueError):
@@ -422,6 +423,17 @@ def check_finite(path, keys, arrays: dict | None = None):
                                  "Clean or drop that episode: a NaN poisons the normalizer and every loss")
 
 # %% ../nbs/00_store.ipynb #ea241596
+FRAME_CODEC = dict(cname="lz4", clevel=1, shuffle=2)   # Blosc, bit-shuffled LZ4: decoded frames (convert chapter)
+
+def frame_compressor(zarr_format: int = 2):
+    "How decoded camera frames are kept (`FRAME_CODEC`; the convert chapter measured why): numcodecs (2) or zarr 3."
+    if zarr_format == 3:
+        from zarr.codecs import BloscCodec
+        return BloscCodec(cname="lz4", clevel=1, shuffle="bitshuffle")
+    from numcodecs import Blosc
+    return Blosc(**FRAME_CODEC)
+
+# %% ../nbs/00_store.ipynb #459abaeb
 def default_compressor(zarr_format: int = 2):
     "Blosc zstd level 3 with byte shuffle: RoboTwin's choice, readable by numcodecs 0.10 (format 2) or zarr 3."
     if zarr_format == 3:

@@ -818,6 +818,22 @@ def _(tmp):
            tmp / "o.zarr", progress=False, workers=1)
     assert not (tmp / "o.zarr").exists()
 
+@row("S17", "store", "`dpt convert --frames jpegxl` killed with SIGKILL half-way, then `dpt inspect` and the same convert again", "…/.o.zarr.dpt-tmp (… MB) was left by a merge or conversion into o.zarr that did not finish; running it again replaces it", "no store at the destination; the second convert's store, complete")
+def _(tmp):
+    src = _copy(ROOT / "tests/data/robotwin/raw/beat_block_hammer", tmp / "src")
+    d = src / "demo_clean" / "data"
+    for i in range(2, 120): (d / f"episode{i}.hdf5").write_bytes((d / "episode0.hdf5").read_bytes())
+    args = ["convert", src, "-o", tmp / "o.zarr", "--frames", "jpegxl", "--workers", 2, "--no-progress"]
+    p, part = _start(args), tmp / ".o.zarr.dpt-tmp"
+    _wait_for(lambda: part.is_dir() and any(f.name[0].isdigit() for f in (part / "data").rglob("*")), p)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    assert not (tmp / "o.zarr").exists() and part.is_dir()                                 # nothing at the destination
+    r = dpt("inspect", tmp / "o.zarr")
+    assert r.returncode == 1 and "was left by a merge or conversion into o.zarr that did not finish" in r.stderr, r.stderr
+    dpt(*args, check=0)                                                                   # again: complete, no leftover
+    assert not part.exists() and verify(tmp / "o.zarr", progress=False) is not None
+    assert zarr.open_group(str(tmp / "o.zarr"), mode="r")["meta/episode_ends"][-1] == 120 * 7
+
 TINY = ["--config", "test", "--data", ROOT / "data/tasks/beat_block_hammer.zarr", "--no-progress",
         "policy.down_dims=[16,32]", "policy.diffusion_step_embed_dim=16"]
 

@@ -46,6 +46,29 @@ def test_inspect_and_verify_in_place():
     assert info.arrays["top_camera"].shape == (21, 3, 48, 64) and info.disk_bytes > 0
 
 
+def test_merges_with_a_store_and_keeps_frames_compressed(tmp_path):
+    "A LeRobot folder merged with its converted store: the same rows twice, every key kept as a store keeps it."
+    from dptoolkit.merge import merge
+    conv = from_lerobot(LR, tmp_path / "conv.zarr", workers=1, progress=False)
+    for first, name in ((LR, "a.zarr"), (conv.path, "b.zarr")):
+        info = merge([first, LR if first != LR else conv.path], tmp_path / name, progress=False)
+        g, src, lr = open_store(info.path), open_store(conv.path), open_store(LR)
+        assert info.episodes == 2 * describe(LR).episodes
+        for k in ("top_camera", "state", "action"):
+            n = lr[f"data/{k}"].shape[0]
+            assert np.array_equal(g[f"data/{k}"][:n], lr[f"data/{k}"][:]) and np.array_equal(g[f"data/{k}"][n:], src[f"data/{k}"][:])
+            assert g[f"data/{k}"].chunks[0] == src[f"data/{k}"].chunks[0] == 100, k     # not a chunk a frame
+        assert g["data/top_camera"].compressors[0].get_config()["cname"] == "lz4"       # decoded frames: convert's LZ4
+        assert g["data/state"].compressors[0].get_config()["cname"] == "zstd"
+    both = merge([LR, _copy_lr(tmp_path / "lr2")], tmp_path / "c.zarr", progress=False)   # two LeRobot folders
+    assert open_store(both.path)["data/top_camera"].compressors[0].get_config()["cname"] == "lz4"
+
+
+def _copy_lr(dst):
+    shutil.copytree(LR, dst)
+    return dst
+
+
 def test_trains_in_place_with_loader_workers_and_resumes(tmp_path):
     run = tmp_path / "run"
     args = ["train", "--data", LR, "--nprocs", "1", f"logging.run_dir={run}", "task.dataset.storage=chunks",

@@ -82,7 +82,15 @@ def test_bad_input_one_line_each(run, tmp_path):
     assert r.stderr.startswith("dpt: error: gym_pusht/PushX-v0: no gymnasium environment of that id") and \
         r.stderr.count("\n") == 1, r.stderr
     r = dpt("rollout", run, "--env", "gym_nothere/Thing-v0", "--episodes", 1, check=1)
-    assert "the environment's package is not installed: pip install gym-nothere" in r.stderr, r.stderr
+    assert "no module gym_nothere registers namespace gym_nothere; install the package that provides it (its name " \
+        "is often gym-nothere)" in r.stderr, r.stderr
+    r = dpt("rollout", run, "--env", "gym_pussht/PushT-v0", "--episodes", 1, check=1)     # a typo: the nearest id
+    assert "did you mean gym_pusht/PushT-v0?" in r.stderr and "pip install" not in r.stderr, r.stderr
+    r = dpt("rollout", run, "--env", "Pendulum-v1", "--episodes", 1, check=1)             # a plain id: played, refused
+    assert "the policy reads agent_pos, which Pendulum-v1 does not give (its observation map gives state)" in r.stderr \
+        and "expected one of" not in r.stderr, r.stderr                                  # for its keys, not its id
+    r = dpt("rollout", run, "--env", PUSHT_ID, "--env-kwargs", "damping", "--episodes", 1, check=1)
+    assert "--env-kwargs 'damping': 'damping' is not KEY=VALUE" in r.stderr and "ValueError" not in r.stderr, r.stderr
     r = dpt("rollout", run, "--task", "transfer_cube", "--episodes", 1, check=1)      # a PushT run sent into ALOHA
     assert "the policy reads agent_pos, which the transfer_cube simulator does not give" in r.stderr, r.stderr
     r = dpt("rollout", run, "--env", PUSHT_ID, "--env-kwargs", "nonsense=3", "--episodes", 1, check=1)
@@ -109,7 +117,7 @@ def test_a_killed_rollout_worker_is_one_line_and_keeps_what_finished(run):
     """Issue 81 (2): a rollout whose worker process is killed says which seeds it left, keeps (prints) the episodes that
     finished and names the command that plays the rest, instead of BrokenProcessPool."""
     import os, signal, subprocess, time
-    p = subprocess.Popen(["dpt", "rollout", str(run), "--episodes", "4", "--workers", "2", "--no-progress"],
+    p = subprocess.Popen(["dpt", "rollout", str(run), "--episodes", "40", "--workers", "2", "--no-progress"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         t0, workers = time.time(), []
@@ -117,7 +125,7 @@ def test_a_killed_rollout_worker_is_one_line_and_keeps_what_finished(run):
             workers = alive(rank_processes(p.pid))
             time.sleep(0.1)
         assert len(workers) == 2, p.communicate()
-        time.sleep(1.0)
+        time.sleep(1.0)                  # 40 episodes: seconds of work left (4 could finish within that second here)
         workers[0].send_signal(signal.SIGKILL)
         out, err = p.communicate(timeout=120)
     finally:

@@ -72,6 +72,9 @@ if ! have torchvision; then
   exit 1
 fi
 pip_install -e ".[dev]"
+# Meta-World (its chapter) pins mujoco==3.3.0, which gym-aloha's dm-control (mujoco>=3.8.1) cannot take: installed
+# without its pins; it runs on mujoco 3.8.1, and its other requirements (gymnasium, numpy, scipy, imageio) come above
+pip_install --no-deps "metaworld==3.1.1"
 "$PY" -c "import dptoolkit, torch; import torchvision; print(f'setup: dptoolkit {dptoolkit.__version__} ready (torch {torch.__version__}, torchvision {torchvision.__version__}, cuda={torch.cuda.is_available()})')"
 # the scripts just installed, callable by name in this shell: pyenv's shims made (uv makes none), or the one line to run
 "$PY" tools/on_path.py

@@ -1,0 +1,52 @@
+"""Meta-World through the environment door (issue 89): its scripted experts write a store (`dpt sim-data --env`),
+a policy trains two steps on it, and `dpt rollout` plays the run in Meta-World with nothing but the task's name:
+the store records the environment, the run inherits it (`eval.env`), `play` passes the task as `env_name`.
+Needs metaworld (make setup installs it without its mujoco pin); skipped with the reason where it is absent."""
+import pytest
+import zarr
+
+from conftest import dpt
+
+pytest.importorskip("metaworld", reason="Meta-World is installed by make setup (pip install metaworld --no-deps)")
+TASKS = "pick-place-v3,drawer-open-v3"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mw")
+    r = dpt("sim-data", "--env", "Meta-World/MT1", "--tasks", TASKS, "--episodes", 2, "-o", d / "mw.zarr",
+            "--no-progress", check=0)
+    assert "episodes: 4" in r.stdout and "tasks: pick-place-v3, drawer-open-v3" in r.stdout, r.stdout
+    dpt("train", "--config", "test", "--data", d / "mw.zarr", "--out", d / "run", "--no-progress",
+        "training.max_steps=2", "training.checkpoint_every=2", "policy.down_dims=[16,32]", check=0)
+    return d
+
+
+def test_the_experts_write_a_store_that_records_its_environment(run):
+    g = zarr.open_group(str(run / "mw.zarr"), mode="r")
+    assert g["data/state"].shape[1] == 39 and g["data/action"].shape[1] == 4
+    assert list(g["meta/episode_task"][:]) == [0, 0, 1, 1]
+    assert g.attrs["env"]["id"] == "Meta-World/MT1" and g.attrs["metaworld"]["kept"] == {"pick-place-v3": 2,
+                                                                                          "drawer-open-v3": 2}
+    assert "env: Meta-World/MT1" in (run / "run" / "config.yaml").read_text()      # the run inherits it
+
+
+def test_the_run_rolls_out_in_meta_world_by_task_name(run):
+    r = dpt("rollout", run / "run", "--task-name", "drawer-open-v3", "--episodes", 2, "--workers", 1,
+            "--no-progress", "--max-steps", 40, check=0)
+    row = [l for l in r.stdout.splitlines() if l.startswith("run ")][0].split()
+    assert row[1] == "2" and int(row[2]) in (0, 1, 2), r.stdout                    # two episodes, success counted
+    assert "UserWarning" not in r.stderr, r.stderr[-2000:]                          # the env checker is off
+
+
+def test_bad_input_one_line_each(run):
+    r = dpt("rollout", run / "run", "--episodes", 1, "--workers", 1, "--no-progress", check=1)   # two tasks: which?
+    assert "Meta-World/MT1 plays one task: pass task_name= (--task-name) or env_kwargs env_name=" in r.stderr, r.stderr
+    r = dpt("rollout", run / "run", "--env", "gym_pusht/PushT-v0", "--episodes", 1, "--no-progress", check=1)
+    assert "the policy reads state of 39 values, gym_pusht/PushT-v0 gives 5" in r.stderr, r.stderr  # another env
+    r = dpt("sim-data", "--env", "Meta-World/MT1", "--tasks", "drawer-opn-v3", "--episodes", 1, "-o",
+            run / "x.zarr", check=1)
+    assert "drawer-opn-v3: Meta-World has no task of that name; did you mean drawer-open-v3?" in r.stderr, r.stderr
+    assert not (run / "x.zarr").exists()
+    r = dpt("sim-data", "--env", "gym_pusht/PushT-v0", "-o", run / "x.zarr", check=1)
+    assert "scripted demonstrations come from Meta-World/MT1" in r.stderr, r.stderr
