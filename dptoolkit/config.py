@@ -376,7 +376,7 @@ def for_store(path, overrides=(), name=None) -> DictConfig:
     cfg.shape_meta.action_dim = int(adim)
     env = ((info.attrs or {}).get("env") or {}).get("id")     # a store recorded in an environment (Meta-World chapter)
     set_env = any(str(o).startswith("eval.env=") for o in overrides)
-    if env and "eval" in cfg and cfg.eval.get("env", "") is None and not set_env:
+    if env and "eval" in cfg and not set_env:                  # the store's, over a recipe's default (PushT's)
         cfg.eval.env = env                                     # the run rolls out there without being told
     return cfg
 
