@@ -4,7 +4,7 @@
                         GymEnv the rollouts use: success with its Wilson interval, steps to success, env steps/s
   --train DIR           demonstrations from the experts (--demos per task, the 3D Diffusion Policy paper's 10), one
                         task-conditioned low-dim policy over --tasks per training seed (--seeds), --steps steps each
-  --score DIR           every run in DIR played on --episodes seeds per task through `dpt rollout --task-name`:
+  --score DIR           every run in DIR played on --episodes seeds per task (16 DDPM steps) through `dpt rollout`:
                         success per task and pooled over training seeds, Wilson intervals
 Usage: python bench/meta_world.py --experts [--tasks MT10] [--episodes 10]
        python bench/meta_world.py --train DIR [--tasks a,b] [--seeds 0,1] [--steps 3000] | --score DIR
@@ -52,8 +52,9 @@ def train(d, tasks, seeds, steps, demos):
         print(metaworld_demos(store, tasks, demos, seed=0, progress=False), flush=True)
     for s in seeds:
         t0 = time.time()
-        subprocess.run(["dpt", "train", "--data", str(store), "--out", str(d / f"seed{s}"), *TRAIN, f"training.seed={s}",
-                        f"training.max_steps={steps}", f"training.checkpoint_every={steps}"], check=True)
+        subprocess.run(["dpt", "train", "--data", str(store), "--out", str(d / f"seed{s}"), *TRAIN,
+                        f"training.seed={s}", f"training.max_steps={steps}", f"training.checkpoint_every={steps}"],
+                       check=True)
         print(f"seed {s}: {(time.time() - t0) / 60:.1f} min", flush=True)
 
 
@@ -65,8 +66,9 @@ def score(d, episodes):
     tot = {}
     for run in sorted(d.glob("seed*")):
         for t in tasks:
-            r = subprocess.run(["dpt", "rollout", str(run), "--env", "Meta-World/MT1", "--task-name", t, "--episodes", str(episodes), "--seed", "1000", "--steps", "16", "--workers", "2",
-                                "--no-progress"], capture_output=True, text=True, check=True)
+            r = subprocess.run(["dpt", "rollout", str(run), "--env", "Meta-World/MT1", "--task-name", t, "--episodes",
+                                str(episodes), "--seed", "1000", "--steps", "16", "--workers", "2", "--no-progress"],
+                               capture_output=True, text=True, check=True)
             row = [l for l in r.stdout.splitlines() if l.startswith(run.name + " ")][0].split()
             k = int(row[2])
             tot.setdefault(t, []).append(k)
