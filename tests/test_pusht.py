@@ -117,6 +117,7 @@ def test_a_killed_rollout_worker_is_one_line_and_keeps_what_finished(run):
     """Issue 81 (2): a rollout whose worker process is killed says which seeds it left, keeps (prints) the episodes that
     finished and names the command that plays the rest, instead of BrokenProcessPool."""
     import os, signal, subprocess, time
+    import psutil
     p = subprocess.Popen(["dpt", "rollout", str(run), "--episodes", "40", "--workers", "2", "--no-progress"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -126,7 +127,11 @@ def test_a_killed_rollout_worker_is_one_line_and_keeps_what_finished(run):
             time.sleep(0.1)
         assert len(workers) == 2, p.communicate()
         time.sleep(1.0)                  # 40 episodes: seconds of work left (4 could finish within that second here)
-        workers[0].send_signal(signal.SIGKILL)
+        for w in alive(rank_processes(p.pid)) or workers:   # the workers alive now (a process seen before may be gone)
+            try:
+                w.send_signal(signal.SIGKILL)
+                break
+            except psutil.NoSuchProcess: continue
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
