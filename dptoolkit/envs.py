@@ -149,8 +149,8 @@ def _make(env_id: str, kwargs: dict, given: dict | None = None):
     except gym.error.Error as e:   # NameNotFound, NamespaceNotFound, VersionNotFound, ...
         ids = sorted(k for k in gym.registry if k.split("/")[0] == env_id.split("/")[0])
         raise EnvError(f"{env_id}: no gymnasium environment of that id ({type(e).__name__}); "
-                       + (f"registered there: {', '.join(ids[:8])}" if ids else "pass an id gym.make knows")
-                       + _nearest(env_id, gym)) from None
+                       + (f"registered there: {', '.join(ids[:8])}" if ids else
+                          "pass an id gym.make knows" + _nearest(env_id, gym))) from None
     except TypeError as e:
         why = str(e).split(" was raised from")[0]
         raise EnvError(f"{env_id}: env_kwargs {kwargs if given is None else given} refused by the environment "
@@ -260,8 +260,8 @@ def _task_kwargs(env: str, env_kwargs: dict, pol, task_name, name) -> dict:
     names = list(getattr(pol, "task_names", None) or [])
     task = task_name or (names[0] if len(names) == 1 else None)
     if not task:
-        raise EnvError(f"{name}: {env} plays one task: pass task_name= (--task-name) or env_kwargs {k}=... "
-                       + (f"(the run has {', '.join(names)})" if names else ""))
+        raise EnvError(f"{name}: {env} plays one task: pass task_name= (--task-name) or env_kwargs {k}=..."
+                       + (f" (the run has {', '.join(names)})" if names else ""))
     return {**env_kwargs, k: task}
 
 def play(run_or_policy, env: str | None = None, episodes: int = 50, workers=None, seed: int = 100000,
