@@ -15,7 +15,8 @@ from .store import StoreError, _fmt_bytes, check_finite, describe, existing_pare
 
 # %% auto #0
 __all__ = ['ChunkCache', 'DataError', 'CacheError', 'default_cache_dir', 'store_identity', 'DecodedCache', 'memory_budget',
-           'populate', 'cache_list', 'cache_clear', 'decode_plan']
+           'populate', 'cache_list', 'cache_clear', 'frame_layout', 'resized_shape', 'resize_frames', 'cache_sizes',
+           'resized_info', 'decode_plan']
 
 # %% ../nbs/02b_cache.ipynb #01c5fd90
 class ChunkCache:
@@ -87,10 +88,10 @@ def store_identity(path) -> str:
             h.update(f"{os.path.relpath(os.path.join(d, f), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
 
-def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label=""):
-    """Decode `array` (zarr) block by block into a `.npy` file; space is reserved first so a full disk fails before any
-    work."""
-    shape, dtype = tuple(array.shape), np.dtype(array.dtype)
+def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label="", shape=None, transform=None):
+    """Decode `array` (zarr) block by block into a `.npy` file of `shape` (default: the array's), each block through
+    `transform` where one is given; space is reserved first so a full disk fails before any work."""
+    shape, dtype = tuple(shape or array.shape), np.dtype(array.dtype)
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                                                  "shape": shape})
@@ -98,7 +99,8 @@ def _write_npy(path: Path, array, rows_per_block: int, progress_bar=None, label=
         total = header + int(np.prod(shape)) * dtype.itemsize
         if total > header: os.posix_fallocate(f.fileno(), 0, total)    # ENOSPC now, not a SIGBUS or a short file later
         for s in range(0, shape[0], rows_per_block):
-            blk = np.ascontiguousarray(read_chunk_rows(label[0], label[1], array, s, min(s + rows_per_block, shape[0])))
+            blk = read_chunk_rows(label[0], label[1], array, s, min(s + rows_per_block, shape[0]))
+            blk = np.ascontiguousarray(transform(blk) if transform else blk)
             f.write(blk.data)
             if progress_bar is not None: progress_bar.update(blk.nbytes)
         f.flush()
@@ -111,11 +113,13 @@ class DecodedCache:
     Every rank and DataLoader worker on a machine maps the same files, so the page cache holds one copy and can evict it
     (stores bigger than RAM work at disk speed). One process builds (an exclusive file lock: the others wait, then find
     the files); each file is written under a temporary name and renamed when complete, so a killed builder leaves
-    nothing that is used later."""
+    nothing that is used later. `sizes` ({camera: (h, w)}, `cache_sizes`): those cameras are cached at the size the
+    policy's encoder resizes them to (as it resizes them), so the cache is the size the model reads."""
     block_bytes = 64 << 20
 
-    def __init__(self, store, cache_dir=None, info=None):
+    def __init__(self, store, cache_dir=None, info=None, sizes=None):
         self.store, self.described = Path(store).resolve(), info
+        self.sizes = {k: tuple(int(v) for v in s) for k, s in (sizes or {}).items()}
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.identity = store_identity(self.store)
         self.dir = self.cache_dir / f"{self.store.name.removesuffix('.zarr')}-{self.identity}"
@@ -127,9 +131,24 @@ def _info(self: DecodedCache):
     return self.described
 
 @patch
+def _entry(self: DecodedCache, key) -> str:
+    "The name of `key`'s file and manifest entry: `key`, or `key@HxW` for a camera cached at another size."
+    return f"{key}@{self.sizes[key][0]}x{self.sizes[key][1]}" if key in self.sizes else key
+
+@patch
 def file(self: DecodedCache, key) -> Path:
     "The `.npy` file that holds `key`'s decoded rows."
-    return self.dir / f"{key}.npy"
+    return self.dir / f"{self._entry(key)}.npy"
+
+@patch
+def _shape(self: DecodedCache, key, info) -> tuple:
+    "The shape of `key`'s cached rows: the store's, or at its `sizes` entry for a resized camera."
+    a = info.arrays[key]
+    return resized_shape(a.shape, self.sizes[key]) if key in self.sizes else tuple(a.shape)
+
+@patch
+def _nbytes(self: DecodedCache, key, info) -> int:
+    return int(np.prod(self._shape(key, info))) * np.dtype(info.arrays[key].dtype).itemsize
 
 @patch
 def has(self: DecodedCache, keys) -> bool:
@@ -144,7 +163,8 @@ def damaged(self: DecodedCache, keys=None) -> dict:
     built = self.manifest().get("keys", {})
     out = {}
     for k in (keys if keys is not None else list(built)):
-        want, f = built.get(k, {}).get("file_bytes"), self.file(k)
+        e = self._entry(k) if keys is not None else k
+        want, f = built.get(e, {}).get("file_bytes"), self.dir / f"{e}.npy"
         if want is not None and f.exists() and f.stat().st_size != want: out[k] = (f.stat().st_size, want)
     return out
 
@@ -154,8 +174,7 @@ def _valid(self: DecodedCache, key, info) -> bool:
     if not f.exists() or key in self.damaged([key]): return False
     try: m = np.load(f, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError): return False
-    a = info.arrays[key]
-    return tuple(m.shape) == tuple(a.shape) and m.dtype == np.dtype(a.dtype)
+    return tuple(m.shape) == self._shape(key, info) and m.dtype == np.dtype(info.arrays[key].dtype)
 
 # %% ../nbs/02b_cache.ipynb #402ffa33
 @patch
@@ -163,16 +182,17 @@ def _decode(self: DecodedCache, todo, info, bar):
     "Decode each key of `todo` into its `.npy` file: a temp name, renamed when whole; a full disk is named."
     g = open_store(self.store)
     for k in todo:
-        a = g[f"data/{k}"]
+        a, size = g[f"data/{k}"], self.sizes.get(k)
         row = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
         rows = max(a.chunks[0], self.block_bytes // row // a.chunks[0] * a.chunks[0])
-        tmp = self.dir / f".{k}.npy.tmp-{os.getpid()}"
-        try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"))
+        tmp = self.dir / f".{self._entry(k)}.npy.tmp-{os.getpid()}"
+        resize = (lambda b, s=size: resize_frames(b, s)) if size else None
+        try: _write_npy(tmp, a, rows, bar, (str(self.store), f"data/{k}"), self._shape(k, info), resize)
         except OSError as e:
             tmp.unlink(missing_ok=True)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise CacheError(f"{self.dir}: disk full while caching data/{k} of {self.store.name} "
-                                 f"({_fmt_bytes(info.arrays[k].nbytes)} needed for it); free space or point "
+                                 f"({_fmt_bytes(self._nbytes(k, info))} needed for it); free space or point "
                                  "task.dataset.cache_dir / $DPT_CACHE_DIR at a bigger disk") from None
             raise CacheError(f"{self.dir}: cannot write the cache of data/{k}: {e}") from None
         except BaseException:
@@ -191,8 +211,9 @@ def _write_manifest(self: DecodedCache, info, built, seconds, nbytes):
     m.setdefault("keys", {})
     for k in built:
         a = info.arrays[k]
-        m["keys"][k] = dict(shape=list(a.shape), dtype=str(np.dtype(a.dtype)), bytes=int(a.nbytes),
-                            file_bytes=self.file(k).stat().st_size)
+        m["keys"][self._entry(k)] = dict(shape=list(self._shape(k, info)), dtype=str(np.dtype(a.dtype)),
+                                         bytes=self._nbytes(k, info), file_bytes=self.file(k).stat().st_size,
+                                         **({"resized_from": list(a.shape[1:])} if k in self.sizes else {}))
     m.setdefault("builds", []).append(dict(keys=built, pid=os.getpid(), host=socket.gethostname(),
                                            seconds=round(seconds, 3),
                                            mb_per_s=round(nbytes / 1e6 / max(seconds, 1e-9), 1),
@@ -252,7 +273,7 @@ def build(self: DecodedCache, keys, progress: bool = True) -> "DecodedCache":
         for k, (now, want) in self.damaged(todo).items():
             print(f"cache: {self.file(k)} is {now} bytes, it was built with {want} (changed after it was built): "
                   "rebuilding it", flush=True)
-        need = sum(info.arrays[k].nbytes for k in todo)
+        need = sum(self._nbytes(k, info) for k in todo)
         free = shutil.disk_usage(self.dir).free
         if need + (16 << 20) > free:
             raise CacheError(f"{self.dir}: the decoded cache of {self.store.name} ({', '.join(todo)}) needs "
@@ -345,6 +366,50 @@ def cache_clear(cache_dir=None, store=None, stale_only: bool = False) -> int:
         freed += int(r.bytes)
     return freed
 
+# %% ../nbs/02b_cache.ipynb #5bbd5cc8
+def frame_layout(shape, dtype) -> str | None:
+    "'hwc' or 'chw' for a stored camera (uint8 (T, H, W, 3) or (T, 3, H, W)); None for any other array."
+    if np.dtype(dtype) != np.uint8 or len(shape) != 4: return None
+    return "hwc" if shape[3] == 3 else "chw" if shape[1] == 3 else None
+
+def resized_shape(shape, size) -> tuple:
+    "A camera array's `shape` with its frames at `size` (h, w)."
+    h, w = (int(v) for v in size)
+    return (shape[0], h, w, 3) if frame_layout(shape, np.uint8) == "hwc" else (shape[0], 3, h, w)
+
+def resize_frames(x: np.ndarray, size) -> np.ndarray:
+    """uint8 frames (N, H, W, 3) or (N, 3, H, W) at `size` (h, w): the policy encoder's resize (bilinear, antialiased;
+    policy chapter), rounded back to uint8."""
+    import torch, torch.nn.functional as F
+    hwc = frame_layout(x.shape, x.dtype) == "hwc"
+    t = torch.from_numpy(np.ascontiguousarray(x))
+    t = t.permute(0, 3, 1, 2) if hwc else t
+    y = F.interpolate(t.float(), size=tuple(int(v) for v in size), mode="bilinear", antialias=True,
+                      align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
+    return (y.permute(0, 2, 3, 1) if hwc else y).contiguous().numpy()
+
+def cache_sizes(info, keys, size) -> dict:
+    "{camera: (h, w)} for each camera among `keys` whose frames are not `size` (h, w) already; {} without a `size`."
+    if not size: return {}
+    size, out = tuple(int(v) for v in size), {}
+    for k in keys:
+        a = info.arrays.get(k)
+        lay = frame_layout(a.shape, a.dtype) if a is not None else None
+        if lay and tuple(a.shape[1:3] if lay == "hwc" else a.shape[2:4]) != size: out[k] = size
+    return out
+
+def resized_info(info, sizes):
+    "A copy of a `describe` result with each camera of `sizes` ({camera: (h, w)}) at its size (shape, decoded bytes)."
+    import copy
+    from dptoolkit.store import ArrayInfo
+    out = copy.copy(info)
+    out.arrays = dict(info.arrays)
+    for k, s in sizes.items():
+        a, shape = info.arrays[k], resized_shape(info.arrays[k].shape, s)
+        out.arrays[k] = ArrayInfo(shape=shape, dtype=a.dtype, chunks=a.chunks, compressor=a.compressor,
+                                  nbytes=int(np.prod(shape)) * np.dtype(a.dtype).itemsize)
+    return out
+
 # %% ../nbs/02b_cache.ipynb #214fb99e
 def _at_rest(path, key: str) -> int:
     "Bytes `data/<key>` takes on disk (a folder's chunk files; a zip's compressed members)."
@@ -356,13 +421,19 @@ def _at_rest(path, key: str) -> int:
             return sum(i.compress_size for i in z.infolist() if i.filename.startswith(f"data/{key}/"))
     return sum(f.stat().st_size for f in (Path(path) / "data" / key).rglob("*") if f.is_file())
 
-def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None) -> list:
+def _at_size(small, a) -> str:
+    if tuple(small.shape) == tuple(a.shape): return ""
+    h, w = small.shape[1:3] if frame_layout(small.shape, small.dtype) == "hwc" else small.shape[2:4]
+    return f" at {h}×{w}, the size the model reads"
+
+def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None, size=None) -> list:
     """One line per key of `keys` whose array holds image-codec frames: bytes at rest and decoded, frames/s one core of
     this machine decodes (timed on `sample` of its frames), and the steps/s one loader worker feeds when a step reads
-    `frames_per_step` of them (a rank's batch × observed steps)."""
+    `frames_per_step` of them (a rank's batch × observed steps). `size`: the (h, w) the policy resizes frames to; the
+    cache holds them at that size (`cache_sizes`)."""
     import time
     info = info or describe(path)
-    g, out = open_store(path), []
+    g, out, small = open_store(path), [], resized_info(info, cache_sizes(info, keys, size))
     for k in keys:
         a = info.arrays.get(k)
         if a is None or not str(a.compressor).startswith(("imagecodecs_", "video-")): continue
@@ -375,5 +446,6 @@ def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None) -
         out.append(f"data/{k}: {_fmt_bytes(_at_rest(path, k))} at rest as {a.compressor} frames, "
                    f"{_fmt_bytes(a.nbytes)} decoded; one core decodes {fps:,.0f} frames/s here, a step reads "
                    f"{frames_per_step}: one loader worker feeds {fps / max(frames_per_step, 1):,.1f} steps/s "
-                   f"(storage: chunks); storage: mmap decodes it once into the cache ({_fmt_bytes(a.nbytes)})")
+                   f"(storage: chunks); storage: mmap decodes it once into the cache "
+                   f"({_fmt_bytes(small.arrays[k].nbytes)}{_at_size(small.arrays[k], a)})")
     return out

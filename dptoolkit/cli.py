@@ -194,11 +194,13 @@ def cmd_config(a):
 def _print_decoding(cfg, src, pl):
     "Where a compressed camera's frames are decoded, and whether one loader worker keeps up (cache chapter)."
     from dptoolkit.cache import decode_plan
+    from dptoolkit.dataset import frame_size_of
     from dptoolkit.views import view_sources
     D = cfg.task.dataset
     views = dict(D.get("views") or {})
     keys = list(dict.fromkeys(s for k in D.obs_keys for s in view_sources(str(views.get(k, k)))))
-    for line in decode_plan(src, keys, pl.per_device_batch * int(cfg.n_obs_steps)): print(f"# decoding: {line}")
+    for line in decode_plan(src, keys, pl.per_device_batch * int(cfg.n_obs_steps), size=frame_size_of(cfg)):
+        print(f"# decoding: {line}")
 
 # %% ../nbs/08_cli.ipynb #4055f33d
 def _at_least(text: str, low: int) -> int:

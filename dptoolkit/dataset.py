@@ -11,8 +11,9 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .cache import (CacheError, ChunkCache, DataError, DecodedCache, cache_clear, cache_list,
-                             default_cache_dir, memory_budget, populate, store_identity)
+from .cache import (CacheError, ChunkCache, DataError, DecodedCache, cache_clear, cache_list, cache_sizes,
+                             default_cache_dir, memory_budget, populate, resize_frames, resized_info, resized_shape,
+                             store_identity)
 from .store import (StoreError, _fmt_bytes, check_finite, describe, existing_parent, open_store,
                              read_chunk_rows, store_name)
 from .views import key_views, view_source, view_sources
@@ -20,8 +21,8 @@ from .views import key_views, view_source, view_sources
 # %% auto #0
 __all__ = ['STORAGES', 'window_table', 'window_steps', 'resolve_storage', 'storage_plan', 'shard_episodes', 'SequenceDataset',
            'shard_bytes', 'ResumableSampler', 'prefetch', 'task_weights', 'WeightedSampler', 'RankLoader',
-           'viewed_store', 'config_storage', 'num_workers_for', 'run_storage', 'prepare_cache', 'check_mixture',
-           'policy_tasks', 'rank_loader']
+           'viewed_store', 'frame_size_of', 'config_storage', 'num_workers_for', 'run_storage', 'prepare_cache',
+           'check_mixture', 'policy_tasks', 'rank_loader']
 
 # %% ../nbs/03_dataset.ipynb #b3effbd8
 def window_table(ends, horizon: int, pad_before: int = 0, pad_after: int = 0, episodes=None) -> np.ndarray:
@@ -106,13 +107,14 @@ class SequenceDataset(torch.utils.data.Dataset):
     it (`task_names` = the list + those), so a caller can name it instead of feeding the policy another task's row.
     `views` ({key: spec}, `task.dataset.views`): keys read through a view of another array (views chapter); every key is
     read as its view shows it (HWC frames as uint8 (3, H, W), keypoints flat). `shapes` / `dtypes` are the keys as
-    served; `src_shapes` / `src_dtypes` the arrays read. `language`: `instruction` too (`"tokens"`: packed)."""
+    served; `src_shapes` / `src_dtypes` the arrays read. `language`: `instruction` too (`"tokens"`: packed).
+    `frame_size` (h, w): the policy's camera resize; a decoded copy keeps the cameras at that size (`_storage`)."""
     small_bytes = 256 << 20
 
     def __init__(self, store, horizon: int = 8, n_obs_steps: int = 2, pad_before: int = 0, pad_after: int = 0,
                  keys=("state",), action_key: str = "action", episodes=None, tasks=None, storage: str = "auto",
                  cache_dir=None, progress: bool = False, info=None, task_order=None, views=None,
-                 language: bool | str = False):
+                 language: bool | str = False, frame_size=None):
         self.path, self.horizon, self.n_obs_steps = str(store), int(horizon), int(n_obs_steps)
         self.pad_before, self.pad_after = pad_before, pad_after
         self.keys, self.action_key = list(keys), action_key
@@ -143,8 +145,7 @@ class SequenceDataset(torch.utils.data.Dataset):
             raise StoreError(f"{store}: no episode is long enough for a window: windows need at least {need} steps "
                              f"(horizon {self.horizon}, pad_before {pad_before}, pad_after {pad_after}); the longest "
                              f"of the {len(self.episodes)} episode(s) has {int(lens.max())}")
-        self._info = info
-        self.storage, host, self.note = storage_plan(storage, self.nbytes, cache_dir, self.small_bytes)
+        host = self._storage(info, storage, needed, cache_dir, frame_size, views)
         self.cache_dir, self.cache, self.device, self.pin, self.populating = cache_dir, None, None, False, None
         self._buffers = _Buffers()
         self._open(host, needed, progress)
@@ -154,6 +155,19 @@ class SequenceDataset(torch.utils.data.Dataset):
     @property
     def lengths(self) -> np.ndarray: return self.ends - np.concatenate([[0], self.ends[:-1]])
 
+
+# %% ../nbs/03_dataset.ipynb #a0e53113
+@patch
+def _storage(self: SequenceDataset, info, storage, needed, cache_dir, frame_size, views) -> str:
+    """Settle `storage` for the bytes a decoded copy holds (cameras at `frame_size`, `cache_sizes`) → the host
+    storage; the views then serve the cameras at the size the copy keeps (`chunks`: as recorded)."""
+    self._info = info
+    sizes = cache_sizes(self._info, needed, frame_size)
+    small = sum(resized_info(self._info, sizes).arrays[k].nbytes for k in needed)
+    self.storage, host, self.note = storage_plan(storage, small, cache_dir, self.small_bytes)
+    self.frame_sizes = sizes if host in ("memory", "mmap") else {}
+    if self.frame_sizes: self._set_views(resized_info(self._info, sizes), views)
+    return host
 
 # %% ../nbs/03_dataset.ipynb #3cfa71d8
 @patch
@@ -218,16 +232,23 @@ def window_instruction(self: SequenceDataset) -> np.ndarray:
     return self._winstr
 
 # %% ../nbs/03_dataset.ipynb #af7fa18f
+def _read_all(path, key, arr, size=None, block: int = 256) -> np.ndarray:
+    "`data/key` decoded (damaged chunks named); a camera with a `size` resized a block of frames at a time."
+    if size is None: return np.asarray(read_chunk_rows(path, f"data/{key}", arr, 0, arr.shape[0]))
+    parts = [resize_frames(np.asarray(read_chunk_rows(path, f"data/{key}", arr, s, min(s + block, arr.shape[0]))),
+                           size) for s in range(0, arr.shape[0], block)]
+    return np.concatenate(parts) if parts else np.zeros(resized_shape(arr.shape, size), np.uint8)
+
 @patch
 def _open(self: SequenceDataset, host, needed, progress):
     "Where host reads come from: decoded arrays (`memory`), the cache's memory maps (`mmap`) or a `ChunkCache`."
     self.host = host
     if host == "memory":
         g = open_store(self.path)
-        self._src = {k: np.asarray(read_chunk_rows(self.path, f"data/{k}", g[f"data/{k}"], 0,
-                                                   g[f"data/{k}"].shape[0])) for k in needed}
+        self._src = {k: _read_all(self.path, k, g[f"data/{k}"], self.frame_sizes.get(k)) for k in needed}
     elif host == "mmap":
-        self.cache = DecodedCache(self.path, self.cache_dir, info=self._info).build(needed, progress=progress)
+        self.cache = DecodedCache(self.path, self.cache_dir, info=self._info,
+                                  sizes=self.frame_sizes).build(needed, progress=progress)
         self._src = {k: self.cache.open(k) for k in needed}
         self.populating = populate(self._src.values())     # a thread; join it to wait
     else:
@@ -554,6 +575,12 @@ def viewed_store(cfg, info):
     try: return viewed(info, read, D.get("views"))
     except ViewError as e: raise DataError(str(e)) from None
 
+def frame_size_of(cfg) -> tuple | None:
+    "The (h, w) a run's policy resizes its cameras to (`policy.obs_encoder.resize_shape`), else None."
+    from omegaconf import OmegaConf
+    s = OmegaConf.select(cfg, "policy.obs_encoder.resize_shape", default=None)
+    return tuple(int(v) for v in s) if s else None
+
 def _needed(cfg) -> list:
     "The stored arrays a run reads: its observation keys and action, a view's (`task.dataset.views`) as its source."
     D = cfg.task.dataset
@@ -582,7 +609,9 @@ def run_storage(cfg, info=None) -> tuple:
     before any rank starts and hands the mode on in the config (ranks take it as given; `config.yaml` records it)."""
     D = cfg.task.dataset
     info = info or describe(D.zarr_path)
-    nbytes = sum(info.arrays[k].nbytes for k in _needed(cfg) if k in info.arrays)
+    needed = [k for k in _needed(cfg) if k in info.arrays]
+    small = resized_info(info, cache_sizes(info, needed, frame_size_of(cfg)))    # the cameras as a copy keeps them
+    nbytes = sum(small.arrays[k].nbytes for k in needed)
     return storage_plan(config_storage(cfg), nbytes, D.get("cache_dir"), SequenceDataset.small_bytes)
 
 def prepare_cache(cfg, progress: bool = True, info=None):
@@ -592,7 +621,9 @@ def prepare_cache(cfg, progress: bool = True, info=None):
     if not D.zarr_path: return None
     info = info or describe(D.zarr_path)
     if run_storage(cfg, info)[1] != "mmap": return None
-    return DecodedCache(D.zarr_path, D.get("cache_dir"), info=info).build(_needed(cfg), progress=progress)
+    sizes = cache_sizes(info, _needed(cfg), frame_size_of(cfg))
+    cache = DecodedCache(D.zarr_path, D.get("cache_dir"), info=info, sizes=sizes)
+    return cache.build(_needed(cfg), progress=progress)
 
 # %% ../nbs/03_dataset.ipynb #23fd88c8
 def check_mixture(cfg, info):
@@ -631,7 +662,7 @@ def rank_loader(cfg, rank: int = 0, world: int = 1, device="cpu", *, batch_size:
                          action_key=D.action_key, tasks=list(D.tasks) if D.tasks else None, storage=config_storage(cfg),
                          cache_dir=D.get("cache_dir"), progress=(local == 0) if progress is None else progress,
                          info=info, task_order=policy_tasks(cfg), views=dict(D.get("views") or {}),
-                         language=_language(cfg))
+                         language=_language(cfg), frame_size=frame_size_of(cfg))
     train, val = ds.split(D.val_ratio, D.split_seed, D.get("max_train_episodes"))
     B = int(batch_size or plan(cfg, world).per_device_batch)
     seed = int(cfg.training.seed)

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .dataset import SequenceDataset, config_storage, viewed_store
+from .dataset import SequenceDataset, config_storage, frame_size_of, viewed_store
 from .objective import Objective
 from .policy import DiffusionPolicy
 from .protocol import predict
@@ -215,7 +215,8 @@ def _eval_data(run, store, split, device, checkpoint, cls=None):
     To, Ta = policy.n_obs_steps, policy.n_action_steps
     H = int(cfg.horizon) if cfg is not None else getattr(policy, "horizon", To + Ta - 1)
     ds = SequenceDataset(store, H, policy.n_obs_steps, *pads, keys=keys, action_key=action_key,
-                         storage=storage, cache_dir=cache_dir, info=info, task_order=_policy_tasks(policy), views=views)
+                         storage=storage, cache_dir=cache_dir, info=info, task_order=_policy_tasks(policy), views=views,
+                         frame_size=frame_size_of(cfg) if cfg is not None else None)
     adim = ds.shapes[action_key][0]
     if adim != policy.action_dim:
         raise EvalError(f"{store}: data/{action_key} has {adim} dims, the policy predicts {policy.action_dim}")

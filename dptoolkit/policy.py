@@ -471,9 +471,10 @@ def encode_obs(self: DiffusionPolicy, obs: dict, generator=None, crops=None, aux
         elif k in self.normalizer.keys: x = self.normalizer.normalize(k, x)
         B = x.shape[0]
         flat[k] = x.reshape(-1, x.shape[-1])
-    for k in self.image_keys:
-        img = obs[k]
-        if img.dtype != torch.uint8 or img.ndim != 5 or tuple(img.shape[2:]) != self.obs_encoder.image_shapes[k]:
+    E = self.obs_encoder
+    for k in self.image_keys:   # frames as recorded, or already at the size the encoder resizes to (cache chapter)
+        img, ok = obs[k], {E.image_shapes[k], (3, *E.resize) if E.resize else E.image_shapes[k]}
+        if img.dtype != torch.uint8 or img.ndim != 5 or tuple(img.shape[2:]) not in ok:
             raise PolicyError(f"camera {k}: got {str(img.dtype).removeprefix('torch.')} {list(img.shape)}, "
                               f"expected uint8 (B, T, {', '.join(map(str, self.obs_encoder.image_shapes[k]))})")
         B = img.shape[0]

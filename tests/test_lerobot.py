@@ -39,6 +39,42 @@ def test_windows_in_place_equal_the_converted_stores(tmp_path, storage):
     assert describe(LR).task_names == conv.task_names
 
 
+@pytest.mark.parametrize("storage", ["memory", "mmap"])
+def test_a_decoded_copy_keeps_frames_at_the_size_the_model_reads(tmp_path, storage):
+    """Issue 88: a policy that resizes its camera (`policy.obs_encoder.resize_shape`) gets a decoded copy of the video
+    at that size: the cache's file holds the resized frames, each window is the encoder's resize of the window at the
+    recorded size within half a grey level, and the encoder's resize of it changes nothing."""
+    import torch, torch.nn.functional as F
+    full = _batches(SequenceDataset(LR, **KEYS, storage="chunks"))["obs"]["top_camera"]      # (N, 2, 3, 48, 64)
+    ds = SequenceDataset(LR, **KEYS, storage=storage, cache_dir=tmp_path / "cache", frame_size=(24, 32))
+    got = _batches(ds)["obs"]["top_camera"]
+    assert ds.storage == storage and ds.shapes["top_camera"] == (3, 24, 32) and got.shape == (23, 2, 3, 24, 32)
+    want = F.interpolate(full.flatten(0, 1).float(), size=(24, 32), mode="bilinear", antialias=True)
+    assert (got.flatten(0, 1).float() - want).abs().max() <= 0.5
+    same = F.interpolate(got.flatten(0, 1).float(), size=(24, 32), mode="bilinear", antialias=True)
+    assert torch.equal(same, got.flatten(0, 1).float())
+    if storage == "mmap":
+        (entry,) = (tmp_path / "cache").glob("written_by_lerobot-*")
+        m = np.load(entry / "top_camera@24x32.npy", mmap_mode="r")
+        assert m.shape == (21, 3, 24, 32) and not (entry / "top_camera.npy").exists()
+    chunks = SequenceDataset(LR, **KEYS, storage="chunks", frame_size=(24, 32))   # decoded per window: as recorded
+    assert chunks.shapes["top_camera"] == (3, 48, 64)
+
+
+def test_trains_with_its_cache_at_the_resized_size(tmp_path):
+    """Issue 88: `dpt train` from the LeRobot video with a resizing encoder builds the machine's cache at the model's
+    size, trains and says so in `dpt config`'s plan."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    over = ["policy.obs_encoder.resize_shape=[24,32]", "task.dataset.storage=mmap", f"task.dataset.cache_dir={cache}"]
+    r = dpt("train", "--data", LR, "--nprocs", "1", f"logging.run_dir={run}", "training.max_steps=2", *SMALL, *over,
+            check=0, timeout=600)
+    assert json.loads((run / "result.json").read_text())["steps"] == 2, r.stdout[-2000:]
+    (entry,) = cache.glob("written_by_lerobot-*")
+    assert sorted(p.name for p in entry.glob("*.npy")) == ["action.npy", "state.npy", "top_camera@24x32.npy"]
+    line = next(l for l in dpt("config", LR, *over, check=0).stdout.splitlines() if l.startswith("# decoding:"))
+    assert "into the cache (48.4 KB at 24×32, the size the model reads)" in line, line
+
+
 def test_inspect_and_verify_in_place():
     r = dpt("inspect", LR, check=0)
     assert "a LeRobot dataset, read in place" in r.stdout and "video-av1" in r.stdout, r.stdout
