@@ -232,17 +232,17 @@ def nonneg(text: str) -> float:
 
 # %% ../nbs/08_cli.ipynb #3f32ea0d
 def _scheduler_env():
-    """torchrun's variables, or an srun step's mapped to them (launch.rank_env); sets them in os.environ. None: a plain
+    """torchrun's variables, or an srun step's mapped to them (cluster.rank_env); sets them in os.environ. None: a plain
     process."""
-    from dptoolkit.launch import rank_env
+    from dptoolkit.cluster import rank_env
     env = rank_env()
     if env: os.environ.update(env)
     return env
 
 def _fork_server():
     """Fork this command's forkserver (the ranks', the episode workers') from it now, imports done and nothing computed
-    (`launch.start_forkserver`)."""
-    from dptoolkit.launch import start_forkserver
+    (`processes.start_forkserver`)."""
+    from dptoolkit.processes import start_forkserver
     start_forkserver(fork=True)
 
 def cmd_train(a):

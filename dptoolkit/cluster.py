@@ -10,7 +10,54 @@ from pathlib import Path
 from . import __version__
 
 # %% auto #0
-__all__ = ['ClusterError', 'slurm_script', 'write_slurm_script', 'submit', 'array_script']
+__all__ = ['expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env', 'ClusterError', 'slurm_script', 'write_slurm_script',
+           'submit', 'array_script']
+
+# %% ../nbs/11_cluster.ipynb #5b9e71b2
+import os
+
+def expand_counts(spec: str) -> list:
+    "Slurm's compressed per-node counts: '2(x3),1' → [2, 2, 2, 1]."
+    out = []
+    for part in filter(None, str(spec).split(",")):
+        n, _, rep = part.partition("(x")
+        out += [int(n)] * (int(rep.rstrip(")")) if rep else 1)
+    return out
+
+def slurm_hostnames(nodelist: str) -> list:
+    "Host names of a Slurm node list, e.g. 'gpu[01-02]' → ['gpu01', 'gpu02'] (`scontrol show hostnames`)."
+    import subprocess
+    try: return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30,
+                               check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ClusterError(
+            f"cannot expand the Slurm node list {nodelist!r} with `scontrol show hostnames`: {e}"
+        ) from None
+
+def slurm_port(job_id, step_id=0) -> int:
+    "A rendezvous port derived from the Slurm job (and step) id, the same on every node of the job."
+    return 20000 + (int(job_id or 0) * 7 + int(step_id or 0)) % 20000
+
+def rank_env(environ=None) -> dict | None:
+    """The process-group variables of a rank started by a scheduler, or None for a plain process. torchrun's own
+    variables win when set. Otherwise an `srun` task of a step with several tasks gets RANK / WORLD_SIZE / LOCAL_RANK /
+    LOCAL_WORLD_SIZE from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / the step's tasks on its node, MASTER_ADDR from
+    the step's first node (127.0.0.1 when the step has one node: the rendezvous stays on loopback) and MASTER_PORT from
+    the job id. A single srun task is a plain process: it starts this machine's ranks itself (`launch`)."""
+    env = os.environ if environ is None else environ
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    if all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return {k: env[k] for k in keys if k in env}
+    ntasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    if "SLURM_PROCID" not in env or ntasks <= 1: return None
+    per_node = expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or str(ntasks))
+    node = int(env.get("SLURM_NODEID") or 0)
+    nnodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or len(per_node))
+    addr = "127.0.0.1" if nnodes == 1 else slurm_hostnames(env.get("SLURM_STEP_NODELIST")
+                                                           or env["SLURM_JOB_NODELIST"])[0]
+    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(ntasks), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+            "LOCAL_WORLD_SIZE": str(per_node[min(node, len(per_node) - 1)]), "MASTER_ADDR": addr,
+            "MASTER_PORT": str(slurm_port(env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")))}
 
 # %% ../nbs/11_cluster.ipynb #31db675b
 class ClusterError(ValueError):

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .codecs import CodecError, check_frames, frame_chunks, frame_codec, register_codecs   # codecs chapter
-from .launch import die_with_parent   # the ground floor's (launch chapter)
+from .processes import die_with_parent   # the ground floor's (processes chapter)
 from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta, parquet,  # LeRobot chapter
                                video_frames)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)

@@ -585,7 +585,8 @@ def finetune(run, out, nprocs: int = 2, overrides=(), *, progress: bool = True, 
     """Post-train `run`'s policy on its own rollouts (RIPT's LOOP) on `nprocs` ranks into the run folder `out`;
     `overrides`: `rl.KEY=VALUE`. Returns `train`'s `RunResult` (or a `BackgroundRun` with `wait=False`)."""
     from dptoolkit.config import resolve_devices
-    from dptoolkit.launch import launch, start_detached
+    from dptoolkit.launch import launch
+    from dptoolkit.processes import start_detached
     from dptoolkit.train import BackgroundRun, RunResult
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise RLError(f"nprocs={nprocs!r}: must be an integer ≥ 1")

@@ -277,10 +277,10 @@ def expert_episode(task="transfer_cube", seed: int = 0, camera: bool = False, si
 
 # %% ../nbs/13_sim.ipynb #e1811264
 def _pool(workers):
-    """Worker processes for episodes, forked by the ranks' forkserver (`launch.worker_pool`: torch and the policy's
+    """Worker processes for episodes, forked by the ranks' forkserver (`processes.worker_pool`: torch and the policy's
     modules come imported; never a copy of a notebook's CUDA state), one torch thread each, and ended with the process
     that started them (a killed rollout leaves no worker simulating on)."""
-    from dptoolkit.launch import worker_pool
+    from dptoolkit.processes import worker_pool
     from dptoolkit import sim   # the module's functions, importable in a worker (not a notebook's copies)
     return worker_pool(workers, sim._worker_init)
 
@@ -811,7 +811,7 @@ def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int =
     """Roll out each new checkpoint of `run` at a multiple of `every` steps, and the final one, as they appear (the
     newest first: never a queue); returns the records. Ends after the final checkpoint's rollout (the run writes
     `RUN/.rollouts-done`) or when process `parent` has exited."""
-    from dptoolkit.launch import pid_alive
+    from dptoolkit.processes import pid_alive
     run, seen, recs = Path(run), set(), []
     while True:
         done = run / ".rollouts-done"

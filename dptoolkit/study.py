@@ -11,7 +11,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from .config import apply_overrides
-from .launch import start_detached
+from .processes import start_detached
 from .report import pyplot
 # the study's rooms: its plan and state (study grid chapter), its runner, its results
 from .study_grid import (StudyError, _manifest, _study_key, _write_json, check_study, recipe_name, run_state,

@@ -12,7 +12,7 @@ import pandas as pd
 from omegaconf import ListConfig, OmegaConf
 
 from .config import ConfigError, apply_overrides
-from .launch import pid_alive
+from .processes import pid_alive
 
 # %% auto #0
 __all__ = ['StudyError', 'recipe_name', 'study_runs', 'check_study', 'run_state', 'study_status']

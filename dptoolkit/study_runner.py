@@ -12,7 +12,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from .config import apply_overrides
-from .launch import start_detached
+from .processes import start_detached
 from .study_grid import StudyError, _manifest, _write_json, run_state, study_status
 
 # %% auto #0
@@ -66,7 +66,7 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     """Train the study's run `index` (resuming where it stopped), measure it, and write `runs/<name>/study_result.json`:
     `status` (done / failed / stopped), the one-line `error`, times, final loss, samples/s and the measurement."""
     from dptoolkit.train import train
-    from dptoolkit.launch import start_forkserver
+    from dptoolkit.processes import start_forkserver
     start_forkserver(fork=True)   # a run's own process (`dpt study DIR --task I`): its ranks' server, forked from it
     out, m = Path(out), _manifest(out)
     run = m["runs"][index]

@@ -18,7 +18,9 @@ from .dataset import check_mixture, prepare_cache, rank_loader, run_storage, vie
 from .normalize import Normalizer
 from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, local, lock_run,
                                   resume_step, unlock_run)
-from .launch import Heartbeat, LaunchError, launch, launched, start_detached, watch_in_rank
+from .launch import LaunchError, launch, launched
+from .processes import start_detached
+from .stall import Heartbeat, watch_in_rank
 from .policy import language_conditioning, offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
 from .store import describe

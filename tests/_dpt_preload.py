@@ -34,8 +34,8 @@ if __name__ == "__main__":
     # the console script's sys.path: its own folder first, never this file's (tests/) nor the working folder
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     import importlib
-    import dptoolkit.cli, dptoolkit.launch as launch, dptoolkit.train                 # noqa: F401
-    for m in launch.DIFFUSERS_PRELOAD: importlib.import_module(m)   # what the ranks' forkserver preloads, the same list
+    import dptoolkit.cli, dptoolkit.processes as processes, dptoolkit.train           # noqa: F401
+    for m in processes.DIFFUSERS_PRELOAD: importlib.import_module(m)   # what the ranks' forkserver preloads, the same list
     import gc
     gc.freeze()   # what is imported stays shared with every child, and no child's last collections walk it again
     sock.send(b'{"ready": true}')

@@ -257,7 +257,7 @@ def test_a_process_that_initialised_cuda_starts_its_server_instead_of_forking_it
     code = textwrap.dedent("""
         import torch
         torch.cuda.is_initialized = lambda: True      # as after any CUDA work in this process
-        from dptoolkit.launch import start_forkserver
+        from dptoolkit.processes import start_forkserver
         print(start_forkserver(fork=True))
         """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
