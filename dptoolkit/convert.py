@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .codecs import CodecError, check_frames, frame_chunks, frame_codec, register_codecs   # codecs chapter
-from .processes import die_with_parent   # the ground floor's (processes chapter)
+from .processes import worker_count, worker_pool   # the ground floor's (processes chapter)
 from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta, parquet,  # LeRobot chapter
                                video_frames)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
@@ -219,9 +219,8 @@ def _write_frames(array_path, k, chunk_steps, reader, parts, shape):
 
 
 # %% ../nbs/01b_convert.ipynb #4507b3da
-def _worker_start(parent: int):
-    "Pool initializer: die with the parent (`die_with_parent`), keep freed memory (`_keep_freed_memory`)."
-    die_with_parent(parent)
+def _worker_start():
+    "Pool initializer (the worker dies with its parent already: `processes.worker_pool`): keep freed memory."
     _keep_freed_memory()
 
 def _keep_freed_memory():
@@ -237,20 +236,17 @@ def _keep_freed_memory():
 
 
 # %% ../nbs/01b_convert.ipynb #43016d08
-def _workers(workers) -> int:
-    return max(1, int(workers)) if workers else max(1, len(os.sched_getaffinity(0)))
-
 @contextmanager
 def _pool(workers):
-    """`workers` (None: one per core) spawned processes, started now so that their imports overlap the parent's
-    reading of the source; None with one worker (the jobs then run inline)."""
-    n = _workers(workers)
+    """`workers` (None: one per core) processes of the one worker pool (`processes.worker_pool`: forked by the fork
+    server with their imports done, ended with this process), started now so that they are ready when the parent has
+    read the source; None with one worker (the jobs then run inline)."""
+    n = worker_count(workers)
     if n <= 1:
         yield None
         return
-    import concurrent.futures as cf, multiprocessing as mp
-    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_worker_start,
-                                initargs=(os.getpid(),)) as pool:
+    from dptoolkit import convert   # the module's initializer: a worker imports it by name (not a notebook's copy)
+    with worker_pool(n, convert._worker_start) as pool:
         for _ in range(n): pool.submit(os.getpid)      # a job each: the workers start (and import) now
         pool.dpt_workers = n
         yield pool

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .sim import (
-    RolloutResult, SimError, _bar, _load, _load_path, _pool, _workers, gather_episodes, is_env, rollout_task,
+    RolloutResult, SimError, _bar, _load, _load_path, _pool, gather_episodes, is_env, rollout_task,
     run_instruction, task_index)
 from .sim import rollout as aloha_rollout
 from .views import KeyView
@@ -287,7 +287,8 @@ def play(run_or_policy, env: str | None = None, episodes: int = 50, workers=None
     said, emb = run_instruction(run_or_policy, pol, instruction, name, env)
     steps = int(inference_steps or getattr(pol, "num_inference_steps", 0)) or None
     seeds = list(range(seed, seed + episodes))
-    n, rows, t0 = min(_workers(workers), episodes), [], time.perf_counter()
+    from dptoolkit.processes import worker_count
+    n, rows, t0 = min(worker_count(workers), episodes), [], time.perf_counter()
     from dptoolkit import envs
     groups = [g for g in np.array_split(np.asarray(seeds), n * max(1, -(-episodes // (n * group)))) if len(g)]
     with _pool(n) as pool, _bar(episodes, f"{env} {name}", progress) as bar:

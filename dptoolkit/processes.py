@@ -11,7 +11,8 @@ import torch
 import torch.multiprocessing as mp
 
 # %% auto #0
-__all__ = ['DIFFUSERS_PRELOAD', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_pool', 'die_with_parent']
+__all__ = ['DIFFUSERS_PRELOAD', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_count', 'worker_pool',
+           'die_with_parent']
 
 # %% ../nbs/06a_processes.ipynb #bb15b994
 _preloaded = set()
@@ -185,6 +186,10 @@ def start_detached(cmd: list, log, env: dict | None = None, mode: str = "a", **p
         return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, **popen)
 
+def worker_count(workers=None) -> int:
+    "`workers` as a count: at least 1; None or 0 → one per core this process may use (its CPU affinity)."
+    return max(1, int(workers)) if workers else max(1, len(os.sched_getaffinity(0)))
+
 def worker_pool(workers: int, initializer=None, initargs=()):
     """A `concurrent.futures.ProcessPoolExecutor` of `workers` processes forked by this process's forkserver on Linux
     (spawned elsewhere): this process's environment, working folder and `sys.path` as they are now (as a spawned
@@ -197,7 +202,7 @@ def worker_pool(workers: int, initializer=None, initargs=()):
         from multiprocessing import forkserver as fsm
         ctx, parent = _context("forkserver"), fsm._forkserver._forkserver_pid
     else: ctx, parent = mp.get_context("spawn"), os.getpid()
-    return cf.ProcessPoolExecutor(max(1, int(workers)), mp_context=ctx, initializer=processes._pool_worker,
+    return cf.ProcessPoolExecutor(worker_count(workers), mp_context=ctx, initializer=processes._pool_worker,
                                   initargs=(parent, dict(os.environ), os.getcwd(), list(sys.path), initializer,
                                             tuple(initargs)))
 

@@ -294,9 +294,6 @@ def _worker_init():
     from dptoolkit.cores import register_rank   # CPU runs on this machine leave this worker its core
     register_rank(os.environ.get("DPT_ROLLOUT_RUN", ""), 1, kind="worker")
 
-def _workers(workers) -> int:
-    return max(1, int(workers)) if workers else max(1, len(os.sched_getaffinity(0)))
-
 def _bar(total, desc, progress):
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, unit="episode", disable=not progress)
@@ -352,7 +349,8 @@ def make_demos(task="transfer_cube", n: int = 50, out="demos.zarr", camera: bool
     if out.exists() and not overwrite:
         raise SimError(f"{out}: already exists; pass overwrite=True (--overwrite) or another path")
     seeds, eps = list(range(seed, seed + n)), {}
-    with _pool(_workers(workers)) as pool, _bar(n, f"demos → {out.name}", progress) as bar:
+    from dptoolkit.processes import worker_count
+    with _pool(worker_count(workers)) as pool, _bar(n, f"demos → {out.name}", progress) as bar:
         import concurrent.futures as cf
         from dptoolkit import sim
         futs = {pool.submit(sim.expert_episode, task, s, camera, tuple(size), EPISODE_STEPS, noise): s for s in seeds}
@@ -727,7 +725,8 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
     seeds = list(range(seed, seed + episodes))
     vids = {s: str(Path(video_dir) / f"{name}-seed{s}.mp4") for s in seeds[:videos]} if video_dir else {}
     t0, rows = time.perf_counter(), []
-    n = min(_workers(workers), episodes)
+    from dptoolkit.processes import worker_count
+    n = min(worker_count(workers), episodes)
     with _pool(n) as pool, _bar(episodes, f"rollout {name}", progress) as bar:
         from dptoolkit import sim
         futs = {pool.submit(sim.rollout_episode, spec, task, s, max_steps, vids.get(s), (240, 320),
