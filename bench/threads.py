@@ -17,7 +17,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60); ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--hogs", type=int, default=2)
     a = ap.parse_args()
-    from dptoolkit.cli import DEMO_MODEL, bundled_data
+    from dptoolkit.demo import DEMO_MODEL, bundled_data
     from dptoolkit.config import for_store
     from dptoolkit.merge import merge
     from dptoolkit.sweep import sweep

@@ -10,10 +10,10 @@ from pathlib import Path
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert',
-           'cmd_embed', 'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report',
-           'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'bundled_data', 'demo',
-           'cmd_demo', 'cmd_study', 'cmd_finetune', 'build_parser', 'threading_main', 'main', 'console']
+__all__ = ['COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert', 'cmd_embed',
+           'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval',
+           'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study',
+           'cmd_finetune', 'build_parser', 'threading_main', 'main', 'console']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -492,151 +492,9 @@ def cmd_import(a):
     print(f"wrote run folder {run} (step {st['step']}, model + EMA weights, {what}); train on with:\n"
           f"  dpt train --config {run / 'config.yaml'} --data {a.data or 'STORE'} --out {run} --resume")
 
-# %% ../nbs/08_cli.ipynb #aebb338a
-def bundled_data() -> Path | None:
-    "The repository's `data/tasks` folder of sample task stores, if this is a source checkout."
-    import dptoolkit
-    p = Path(dptoolkit.__file__).resolve().parent.parent / "data" / "tasks"
-    return p if p.is_dir() and list(p.glob("*.zarr")) else None
-
-# the demo's model: the test config's U-Net widened to [64, 128], predicting the clean action (diffusion_policy's
-# prediction_type=sample), which learns within the demo's minute on a CPU; RoboTwin's configs predict the noise
-# (prediction_type=epsilon)
-DEMO_MODEL = ["policy.down_dims=[64,128]", "policy.diffusion_step_embed_dim=64", "policy.n_groups=8",
-              "policy.prediction_type=sample", "policy.action_repr=relative", "policy.obs_repr=relative"]
-
-def _demo_merge(out: Path, data, progress: bool):
-    """Demo step 1: merge the bundled task stores (or sample ones, for an installed package) and show the episodes per
-    task."""
-    from dptoolkit.store import sample_data, episodes
-    from dptoolkit.merge import merge
-    if data is None:
-        print("bundled data/ not found (installed package): writing sample task stores first")
-        srcs = sample_data(out / "tasks", tasks=3, episodes=8)
-    else:
-        srcs = sorted(data.glob("*.zarr"))
-    info = merge(srcs, out / "merged.zarr", progress=progress)
-    ep = episodes(out / "merged.zarr")
-    print(f"{len(srcs)} stores → {info.path}: {info.episodes} episodes, {info.steps} steps, action_dim "
-          f"{info.action_dim}")
-    print(ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum"),
-                                      mean_length=("length", "mean")).round(1).to_string())
-    return info
-
-def _demo_outputs(out: Path, s, runs, ev) -> dict:
-    "The demo's figures and tables in `out`, and the next steps; returns the figure paths."
-    from dptoolkit.report import plot_throughput, plot_speedup, plot_loss, pyplot
-    plt = pyplot()
-    figs = {"throughput": plot_throughput(s), "speedup": plot_speedup(s), "loss": plot_loss(runs), "eval": ev.plot()}
-    paths = {}
-    for name, fig in figs.items():
-        paths[name] = out / f"{name}.png"
-        fig.savefig(paths[name], dpi=110)
-        plt.close(fig)
-    (out / "summary.csv").write_text(s.to_csv(index=False))
-    (out / "eval.json").write_text(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
-    print("\nfigures:\n" + "\n".join(f"  {p}" for p in paths.values())
-          + f"\ntables:\n  {out / 'summary.csv'}\n  {out / 'eval.json'}")
-    print("\nnext steps:\n"
-          "  your own stores:   dpt inspect STORE.zarr, then dpt train --data STORE.zarr --nprocs N (or dpt merge A B "
-          "-o AB first)\n  the walkthrough:   jupyter lab nbs/09_walkthrough.ipynb (six tasks to a speed-up table, "
-          "from notebook cells)\n  a Slurm cluster:   dpt slurm --nodes 2 --gpus-per-node 8 -- --data STORE.zarr (an "
-          "sbatch script; --submit sends it)")
-    return paths
-
-# %% ../nbs/08_cli.ipynb #9af4d391
-def _demo_folder(out, overwrite: bool) -> Path:
-    "The demo's output folder, empty: never inside the bundled data/, never mixed with an earlier demo's runs."
-    import shutil
-    out = Path(out).absolute()
-    data = bundled_data()
-    if data is not None and (out == data.parent or data.parent in out.parents or out in data.parents):
-        raise CLIError(f"{out}: the demo never writes inside the bundled data/ folder; choose another --out")
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise CLIError(f"{out}: already exists and is not empty; pass --overwrite or another --out (runs are never "
-                           "mixed)")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-def _demo_timing(cfg, dev, out: Path, timing_steps: int, repeats: int, announce):
-    """Short runs at 1 and N processes, interleaved and repeated (a busy spell hits both alike), and the speed-up table
-    with its spread and flags."""
-    from dptoolkit.sweep import sweep
-    n = dev.nprocs
-    s = sweep(cfg, world_sizes=(1, n), steps=timing_steps, repeats=repeats, out_dir=out / "speedup", progress=False,
-              **({"gpu_ids": dev.ids[:n]} if dev.kind == "cuda" else {}))
-    announce()
-    print(s[["world_size", "per_device_batch", "global_batch", "samples_per_s", "samples_per_s_iqr", "speedup",
-             "efficiency", "data_share"]].to_string(index=False, float_format=plain))
-    for row in s[s["flag"].astype(bool)].itertuples():
-        print(f"world size {row.world_size}: not to be trusted: {row.flag}")
-    if dev.kind == "cpu":
-        print(f"(timed with {int(s['threads'].iloc[-1] or 1)} torch thread per CPU process, like one device per "
-              "rank: the report chapter's thread policy; CPU processes share this machine's cores, so CPU "
-              f"speed-up says little about GPUs, where each rank has its own device)")
-    return s
-
-def _demo_verdict(ev) -> str:
-    "One sentence: the policy's action error against predicting the mean action and against holding still."
-    pm, hm, mm = (ev.metrics.loc[k, "mse"] for k in ("policy", "hold", "mean"))
-    vs_hold = "it beats both." if pm < hm else ("holding still is hard to beat over a short chunk of smooth motion "
-                                               "(RoboTwin's action is the next joint state)")
-    return (f"the policy's action error is {pm / mm:.2f}× that of predicting the mean action and {pm / hm:.2f}× that "
-            f"of holding the joint state still: {vs_hold}")
-
-# %% ../nbs/08_cli.ipynb #5a0f545b
-def demo(out="dpt-demo", nprocs=None, steps: int = 500, config: str = "test", overwrite: bool = False,
-         progress: bool = True, batch: int = 16, timing_steps: int = 60, repeats: int = 2) -> dict:
-    """Merge → inspect → config + plan → train on N processes → time 1 and N processes (interleaved repeats) →
-    speed-up table and figures → offline evaluation of the trained policy. Returns the paths, the summary and the
-    evaluation."""
-    from dptoolkit.config import for_store, select_config, plan, resolve_devices
-    from dptoolkit.report import summarize, read_log
-    from dptoolkit.train import train
-    from dptoolkit.evaluate import evaluate
-    _fork_server()   # before anything computes: `dpt demo` forks its ranks' server (a kernel starts one)
-    out, data = _demo_folder(out, overwrite), bundled_data()
-    step = lambda n, s: print(f"\n== {n}. {s} ==", flush=True)
-    step(1, "merge the sample task stores")
-    info = _demo_merge(out, data, progress)
-    step(2, "select the config and plan the batch")
-    chosen = select_config(out / "merged.zarr")
-    dev = resolve_devices(num_gpus=nprocs if nprocs else (None if resolve_devices().kind == "cuda" else 2))
-    n = dev.nprocs
-    small = config == "test"
-    print(f"action dimension {info.action_dim} → {chosen}.yaml" + (f"; training the '{config}' model size for the demo"
-          + (" (U-Net [64, 128], predicting the clean action relative to the current joint state)" if small
-             else "") if config != chosen else ""))
-    print(dev.note or f"GPUs {dev.ids} with {dev.backend}")
-    base = [f"dataloader.batch_size={batch}", "scaling.keep_effective_batch_size=false", "task.dataset.val_ratio=0.15"]
-    base += DEMO_MODEL if small else []
-    cfg = for_store(out / "merged.zarr", base + [f"training.max_steps={steps}",
-                                                 f"training.log_every={max(1, steps // 10)}",
-                                                 f"training.checkpoint_every={steps // 2}"], name=config)
-    print(plan(cfg, n))
-    step(3, f"train {steps} steps on {n} process{'es' if n > 1 else ''}")
-    gpus = lambda ws: dev.ids[:ws] if dev.kind == "cuda" else None
-    r = train(cfg, nprocs=n, gpu_ids=gpus(n), run_dir=out / f"run_{n}proc", progress=progress)
-    lg = read_log(r.run_dir)["loss"]
-    print(f"loss {lg.iloc[0]:.3f} → {lg.iloc[-1]:.3f} (first and last logged), {plain(r.metrics['samples_per_s'])} "
-          f"samples/s, {r.metrics['wall_s']:.1f} s")
-    runs = [r.run_dir]
-    if n > 1:   # timing: short runs at 1 and n processes, interleaved and repeated, so a busy spell hits both alike
-        step(4, f"time 1 and {n} processes: {timing_steps} steps each, {repeats} interleaved repeats")
-        s = _demo_timing(cfg, dev, out, timing_steps, repeats, lambda: step(5, "report from the rank-0 logs"))
-    else:
-        s = summarize(runs)
-    step(6 if n > 1 else 4, f"evaluate the {n}-process run's policy on its held-out episodes")
-    ev = evaluate(runs[0], progress=progress)
-    print(ev.summary())
-    print(_demo_verdict(ev))
-    paths = _demo_outputs(out, s, runs, ev)
-    return dict(out=out, runs=runs, figures=paths, summary=s, eval=ev)
-
 # %% ../nbs/08_cli.ipynb #e86bccb7
 def cmd_demo(a):
+    from dptoolkit.demo import demo   # the demo chapter's pipeline
     t0 = time.time()
     demo(a.out, nprocs=a.nprocs, steps=a.steps, config=a.config, overwrite=a.overwrite, progress=not a.no_progress)
     print(f"\ndemo finished in {time.time() - t0:.0f} s")
@@ -897,11 +755,64 @@ COMMANDS.update({
 })
 
 
-# %% ../nbs/08_cli.ipynb #5c41c4c0
+# %% ../nbs/08_cli.ipynb #40c03c7d
 def cmd_study(a):
-    from dptoolkit.study import study_main
-    study_main(a)
+    "`dpt study`: a new study, `DIR --status`, `DIR --resume`, or (a Slurm array task) `DIR --task I`."
+    from dptoolkit.study import grid_arg, study
+    from dptoolkit.study_grid import StudyError, _manifest, study_status
+    from dptoolkit.study_runner import run_one, run_study, slots
+    if a.dir and "=" in a.dir and not Path(a.dir).exists():   # argparse gave the first KEY=VALUE to DIR
+        a.overrides, a.dir = [a.dir, *a.overrides], None
+    if a.task is not None:
+        if not a.dir: raise StudyError("--task needs the study folder: dpt study DIR --task I")
+        signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138))   # Slurm's warning before training starts
+        rec = run_one(a.dir, a.task, progress=not a.no_progress)
+        if rec["status"] == "failed": raise StudyError(f"run {rec['run']}: {rec['error']}")
+        return
+    if a.dir and (a.status or a.resume):
+        if a.status: print(study_status(a.dir).to_string(index=False))
+        else: run_study(a.dir, slots(_manifest(a.dir)["nprocs"], a.gpus_per_run, a.parallel), not a.no_progress)
+        if not a.status or (study_status(a.dir)["status"] == "done").any(): _print_study(a.dir)
+        if a.resume: _fail_if_failed(a.dir)
+        return
+    if a.dir: raise StudyError(f"dpt study {a.dir}: add --status or --resume (a new study takes --out DIR)")
+    if not a.out: raise StudyError("a new study needs --out DIR (its folder)")
+    from dptoolkit.config import for_store, load_config
+    cfg = for_store(a.data, a.overrides, name=a.config) if a.data else load_config(a.config or "robot_dp_14",
+                                                                                  a.overrides)
+    grid = dict(grid_arg(g) for g in a.grid or [])
+    ro = {k: v for k, v in dict(episodes=a.episodes, seed=a.rollout_seed, every=a.every, windows=a.windows).items()
+          if v is not None}
+    slurm = dict(max_parallel=a.parallel, cpu=a.cpu, partition=a.partition, time=a.time, submit=a.submit) \
+        if a.slurm else None
+    s = study(cfg, grid, _seeds(a.seeds), a.out, rollout=ro, nprocs=a.nprocs, gpus_per_run=a.gpus_per_run,
+              parallel=a.parallel, slurm=slurm, progress=not a.no_progress)
+    if slurm is None:
+        _print_study(s.out)
+        _fail_if_failed(s.out)
 
+def _seeds(raw: str) -> list:
+    try: return [int(s) for s in raw.split(",")]
+    except ValueError: raise CLIError(f"--seeds {raw!r}: expected integers separated by commas, e.g. 0,1,2") from None
+
+def _print_study(out):
+    from dptoolkit.study_grid import StudyError
+    from dptoolkit.study_results import compare, study_table
+    t = study_table(out)
+    print(t.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    recipes = list(t["recipe"])
+    if len(recipes) == 2:
+        try: print(compare(out, *recipes))
+        except StudyError as e: print(f"compare: {e}")
+
+def _fail_if_failed(out):
+    from dptoolkit.study_grid import StudyError, study_status
+    st = study_status(out)
+    bad = st[st["status"] != "done"]
+    if len(bad): raise StudyError(f"{len(bad)} of {len(st)} runs did not finish ({bad.iloc[0]['run']}: "
+                                  f"{bad.iloc[0]['error']}); dpt study {out} --status, then --resume")
+
+# %% ../nbs/08_cli.ipynb #5c41c4c0
 COMMANDS.update({
     "study": dict(fn=cmd_study, help="train a grid of recipes × training seeds, compare recipes on the same seeds",
         description="Train the cross product of --grid values × --seeds as runs in one study folder (on free GPUs or "

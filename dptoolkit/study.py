@@ -20,7 +20,7 @@ from .study_runner import _ROLLOUT, run_one, run_study, slots
 from .study_results import Comparison, compare, plot_study, study_table
 
 # %% auto #0
-__all__ = ['make_study', 'study', 'study_sbatch', 'write_study_sbatch', 'Study', 'grid_arg', 'study_main']
+__all__ = ['make_study', 'study', 'study_sbatch', 'write_study_sbatch', 'Study', 'grid_arg']
 
 # %% ../nbs/07c_study.ipynb #befe6273
 def _sim_task(cfg):
@@ -171,55 +171,3 @@ def grid_arg(item: str) -> tuple:
     if any(not p.strip() for p in parts): raise StudyError(f"--grid {item!r}: an empty value")
     sci = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")   # YAML 1.1 reads 1e-3 as a string
     return key.strip(), [float(p) if sci.fullmatch(p.strip()) else _yaml_value(p) for p in parts]
-
-def _seeds_arg(raw: str) -> list:
-    try: return [int(s) for s in raw.split(",")]
-    except ValueError: raise StudyError(f"--seeds {raw!r}: expected integers separated by commas, e.g. 0,1,2") from None
-
-# %% ../nbs/07c_study.ipynb #c6c36c81
-def _print_study(out):
-    t = study_table(out)
-    print(t.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    recipes = list(t["recipe"])
-    if len(recipes) == 2:
-        try: print(compare(out, *recipes))
-        except StudyError as e: print(f"compare: {e}")
-
-def study_main(a):
-    "`dpt study`'s body: a new study, `DIR --status`, `DIR --resume`, or (a Slurm array task) `DIR --task I`."
-    import signal
-    if a.dir and "=" in a.dir and not Path(a.dir).exists():   # argparse gave the first KEY=VALUE to DIR
-        a.overrides, a.dir = [a.dir, *a.overrides], None
-    if a.task is not None:
-        if not a.dir: raise StudyError("--task needs the study folder: dpt study DIR --task I")
-        signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138))   # Slurm's warning before training starts
-        rec = run_one(a.dir, a.task, progress=not a.no_progress)
-        if rec["status"] == "failed": raise StudyError(f"run {rec['run']}: {rec['error']}")
-        return
-    if a.dir and (a.status or a.resume):
-        if a.status: print(study_status(a.dir).to_string(index=False))
-        else: run_study(a.dir, slots(_manifest(a.dir)["nprocs"], a.gpus_per_run, a.parallel), not a.no_progress)
-        if not a.status or (study_status(a.dir)["status"] == "done").any(): _print_study(a.dir)
-        if a.resume: _fail_if_failed(a.dir)
-        return
-    if a.dir: raise StudyError(f"dpt study {a.dir}: add --status or --resume (a new study takes --out DIR)")
-    if not a.out: raise StudyError("a new study needs --out DIR (its folder)")
-    from dptoolkit.config import for_store, load_config
-    cfg = for_store(a.data, a.overrides, name=a.config) if a.data else load_config(a.config or "robot_dp_14",
-                                                                                  a.overrides)
-    grid = dict(grid_arg(g) for g in a.grid or [])
-    ro = {k: v for k, v in dict(episodes=a.episodes, seed=a.rollout_seed, every=a.every, windows=a.windows).items()
-          if v is not None}
-    slurm = dict(max_parallel=a.parallel, cpu=a.cpu, partition=a.partition, time=a.time, submit=a.submit) \
-        if a.slurm else None
-    s = study(cfg, grid, _seeds_arg(a.seeds), a.out, rollout=ro, nprocs=a.nprocs, gpus_per_run=a.gpus_per_run,
-              parallel=a.parallel, slurm=slurm, progress=not a.no_progress)
-    if slurm is None:
-        _print_study(s.out)
-        _fail_if_failed(s.out)
-
-def _fail_if_failed(out):
-    st = study_status(out)
-    bad = st[st["status"] != "done"]
-    if len(bad): raise StudyError(f"{len(bad)} of {len(st)} runs did not finish ({bad.iloc[0]['run']}: "
-                                  f"{bad.iloc[0]['error']}); dpt study {out} --status, then --resume")

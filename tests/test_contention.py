@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dptoolkit.cli import DEMO_MODEL
+from dptoolkit.demo import DEMO_MODEL
 from dptoolkit.config import for_store
 from dptoolkit.metrics import _cpu_stall_s
 from dptoolkit.report import read_log, summarize
