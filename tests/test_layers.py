@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT, dpt
 
 PKG = ROOT / "dptoolkit"
-GROUND = {"codecs", "lerobot", "store", "launch", "report", "stats"}   # import nothing of ours (DESIGN.md: the ground floor)
+GROUND = {"codecs", "lerobot", "store", "processes", "stall", "report", "stats"}   # import nothing of ours (the ground)
+ON_GROUND = {"launch": {"processes", "stall"}}   # the launcher (issue 91: cut in three) stands on its two lower rooms
 DATA = {"merge", "convert", "config", "cache", "normalize", "dataset"}
 MODEL = {"protocol", "policy", "objective", "flow", "ddpm", "transformer", "fsdp", "strategy", "train", "evaluate", "sim",
          "interop", "rl"}
@@ -68,6 +69,12 @@ def test_ground_floor_imports_nothing_above_it():
     g = imports()
     bad = {r: sorted(g[r] - GROUND) for r in GROUND if r in g and g[r] - GROUND}
     assert not bad, f"ground-floor rooms importing rooms above them: {bad}"
+
+
+def test_the_launcher_stands_on_the_ground_floor_only():
+    g = imports()
+    assert g["launch"] == ON_GROUND["launch"], g["launch"]           # nothing of training, data or the CLI
+    assert not g["processes"] and not g["stall"], (g["processes"], g["stall"])
 
 
 def test_checkpoint_keeps_the_format_only():
