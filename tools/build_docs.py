@@ -171,8 +171,11 @@ def render(args):
     if execute:
         # immediate: the kernel is killed once its last cell has run, not asked to end (an interpreter's end with torch
         # loaded is 1.2 s of CPU, 43 times beside the tests); what a chapter started dies with its kernel, as it must
-        NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(NBS)}},
-                       store_widget_state=True, shutdown_kernel="immediate").execute()
+        # startup_timeout: a kernel that took over nbclient's 60 s to start (a slow day, the tests beside it) failed
+        # the whole build on 2026-12-02; a slow start is not a broken chapter
+        NotebookClient(nb, timeout=900, startup_timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(NBS)}}, store_widget_state=True,
+                       shutdown_kernel="immediate").execute()
     states = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     for c in nb.cells:
         if c.cell_type == "code":
