@@ -21,7 +21,8 @@ def _tasks(s):
 
 
 def experts(tasks, episodes):
-    from dptoolkit.envs import METAWORLD_ID, GymEnv
+    from dptoolkit.environments import METAWORLD_ID
+    from dptoolkit.envs import GymEnv
     from dptoolkit.meta_world import scripted_episode, scripted_policy
     from dptoolkit.stats import wilson
     rows = []

@@ -368,7 +368,7 @@ def cmd_sim_data(a):
 
 def _env_demos(a):
     "`dpt sim-data --env ID`: the environment's scripted experts (Meta-World chapter) write the store."
-    from dptoolkit.envs import METAWORLD_ID
+    from dptoolkit.environments import METAWORLD_ID
     if a.env != METAWORLD_ID:
         raise CLIError(f"--env {a.env}: scripted demonstrations come from {METAWORLD_ID} (Meta-World's experts) or "
                        "the ALOHA simulator (--task)")
@@ -379,15 +379,16 @@ def _env_demos(a):
                           overwrite=a.overwrite, progress=not a.no_progress))
 
 def _rollout_tasks(a) -> list | None:
-    """`--tasks`, else for `--every` / `--watch` without --task / --task-name every simulator task of the run's store
+    """`--tasks`, else for `--every` without --task / --task-name every simulator task of the run's store
     (a merge of several: one record a checkpoint, success per task); None: the one task."""
-    from dptoolkit.sim import TASKS, recorded_tasks
+    from dptoolkit.environments import TASKS
+    from dptoolkit.sim import recorded_tasks
     if a.tasks:
         names = [t for t in a.tasks.split(",") if t]
         bad = [t for t in names if t not in TASKS]
         if bad: raise CLIError(f"--tasks {a.tasks}: the simulator has no task {bad[0]!r} (it has {', '.join(TASKS)})")
         return names
-    if (a.every is None and not a.watch) or a.task or a.task_name: return None
+    if a.every is None or a.task or a.task_name: return None
     names = recorded_tasks(a.run)
     return names if len(names) > 1 else None
 
@@ -409,7 +410,8 @@ def _env_kwargs(text) -> dict | None:
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
     from dptoolkit.envs import rollout   # the one door: our ALOHA tasks and gymnasium environments
-    from dptoolkit.sim import RolloutBroken, is_env, rollout_run, rollout_table, rollout_task, watch_rollouts
+    from dptoolkit.environments import is_env
+    from dptoolkit.sim import RolloutBroken, rollout_run, rollout_table, rollout_task
     tasks = _rollout_tasks(a)                           # several simulator tasks (a merged store's), or None
     if a.env and a.task: raise CLIError(f"--env {a.env} and --task {a.task}: give one environment")
     a.task = rollout_task(a.env or a.task, a.task_name, a.run)  # --env/--task, else --task-name's, else the run's
@@ -419,11 +421,7 @@ def cmd_rollout(a):
     a.seed = a.seed if a.seed is not None else 100000 if env else 1000
     kw = _env_kwargs(a.env_kwargs)
     if kw and not env: raise CLIError("--env-kwargs are for a gymnasium environment (--env ID)")
-    if a.watch:      # what train starts beside its ranks (eval.rollout_every)
-        watch_rollouts(a.run, a.watch, a.task, a.episodes, a.seed, a.workers, a.parent,
-                       log=lambda m: print(m, flush=True), tasks=tasks, roll=rollout)
-        return
-    if a.steps and a.every is not None:   # (--watch returned above)
+    if a.steps and a.every is not None:
         raise CLIError("--steps is for one run's final policy; --every rolls out each checkpoint as it was "
                        "trained (policy.num_inference_steps)")
     if a.every is not None:
@@ -729,8 +727,6 @@ COMMANDS.update({
               _a("--every", type=count0, help="roll out each saved checkpoint at a multiple of EVERY steps (0: all)"),
               _a("--tasks", help="with --every: roll each checkpoint out in each of these simulator tasks, comma-"
                  "separated (default: every task of a merged simulator store); one record, success per task"),
-              _a("--watch", type=count, help=argparse.SUPPRESS),     # train's watcher: every WATCH steps, as they come
-              _a("--parent", type=int, help=argparse.SUPPRESS),
               _JSON("the results"), _NO_PROGRESS]),
     "slurm": dict(fn=cmd_slurm,
                   help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue",
@@ -757,23 +753,17 @@ COMMANDS.update({
 
 # %% ../nbs/08_cli.ipynb #40c03c7d
 def cmd_study(a):
-    "`dpt study`: a new study, `DIR --status`, `DIR --resume`, or (a Slurm array task) `DIR --task I`."
+    "`dpt study`: a new study, `DIR --status` or `DIR --resume`."
     from dptoolkit.study import grid_arg, study
     from dptoolkit.study_grid import StudyError, _manifest, study_status
-    from dptoolkit.study_runner import run_one, run_study, slots
+    from dptoolkit.study_runner import check_finished, run_study, slots
     if a.dir and "=" in a.dir and not Path(a.dir).exists():   # argparse gave the first KEY=VALUE to DIR
         a.overrides, a.dir = [a.dir, *a.overrides], None
-    if a.task is not None:
-        if not a.dir: raise StudyError("--task needs the study folder: dpt study DIR --task I")
-        signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138))   # Slurm's warning before training starts
-        rec = run_one(a.dir, a.task, progress=not a.no_progress)
-        if rec["status"] == "failed": raise StudyError(f"run {rec['run']}: {rec['error']}")
-        return
     if a.dir and (a.status or a.resume):
         if a.status: print(study_status(a.dir).to_string(index=False))
         else: run_study(a.dir, slots(_manifest(a.dir)["nprocs"], a.gpus_per_run, a.parallel), not a.no_progress)
         if not a.status or (study_status(a.dir)["status"] == "done").any(): _print_study(a.dir)
-        if a.resume: _fail_if_failed(a.dir)
+        if a.resume: check_finished(a.dir)
         return
     if a.dir: raise StudyError(f"dpt study {a.dir}: add --status or --resume (a new study takes --out DIR)")
     if not a.out: raise StudyError("a new study needs --out DIR (its folder)")
@@ -789,7 +779,7 @@ def cmd_study(a):
               parallel=a.parallel, slurm=slurm, progress=not a.no_progress)
     if slurm is None:
         _print_study(s.out)
-        _fail_if_failed(s.out)
+        check_finished(s.out)
 
 def _seeds(raw: str) -> list:
     try: return [int(s) for s in raw.split(",")]
@@ -804,13 +794,6 @@ def _print_study(out):
     if len(recipes) == 2:
         try: print(compare(out, *recipes))
         except StudyError as e: print(f"compare: {e}")
-
-def _fail_if_failed(out):
-    from dptoolkit.study_grid import StudyError, study_status
-    st = study_status(out)
-    bad = st[st["status"] != "done"]
-    if len(bad): raise StudyError(f"{len(bad)} of {len(st)} runs did not finish ({bad.iloc[0]['run']}: "
-                                  f"{bad.iloc[0]['error']}); dpt study {out} --status, then --resume")
 
 # %% ../nbs/08_cli.ipynb #5c41c4c0
 COMMANDS.update({
@@ -843,7 +826,6 @@ COMMANDS.update({
               _a("--cpu", action="store_true", help="with --slurm: CPU tasks (no GPUs requested)"),
               _a("--partition", help="with --slurm: the partition"), _a("--time", help="with --slurm: time limit"),
               _a("--submit", action="store_true", help="with --slurm: sbatch it"),
-              _a("--task", type=int, help=argparse.SUPPRESS),   # one run of DIR (the scheduler's, an array task's)
               _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for every run")]),
 })
 
@@ -936,18 +918,6 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=c["fn"])
     return p
 
-def _exit_with_parent(pid: int, every: float = 1.0):
-    """A background run (train(wait=False)) stops, with a checkpoint, when the kernel that started it is gone: no
-    orphans."""
-    import threading
-    def watch():
-        while True:
-            time.sleep(every)
-            if os.getppid() != pid:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-    threading.Thread(target=watch, daemon=True, name="dpt-parent-watch").start()
-
 def threading_main():
     import threading
     return threading.current_thread() is threading.main_thread()
@@ -963,7 +933,6 @@ def main(argv=None) -> int:
     elif rest: parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if threading_main():
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # run cleanup (temp folders, child ranks)
-    if os.environ.get("DPT_PARENT_PID"): _exit_with_parent(int(os.environ.pop("DPT_PARENT_PID")))
     try:
         args.fn(args)
         sys.stdout.flush()

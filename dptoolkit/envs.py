@@ -5,118 +5,18 @@
 # %% ../nbs/13b_envs.ipynb #d5ffa602
 from __future__ import annotations
 import collections, os, time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .environments import ENVS, PUSHT_ID, EnvError, env_spec, is_env
 from .sim import (
-    RolloutResult, SimError, _bar, _load, _load_path, _pool, gather_episodes, is_env, rollout_task,
-    run_instruction, task_index)
+    RolloutResult, _bar, _load, _load_path, _pool, gather_episodes, rollout_task, run_instruction, task_index)
 from .sim import rollout as aloha_rollout
-from .views import KeyView
 
 # %% auto #0
-__all__ = ['PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'METAWORLD_ID', 'EnvError', 'pusht_keypoints', 'pusht_initial_state', 'EnvSpec',
-           'env_spec', 'GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'rollout',
-           'replay_pusht']
-
-# %% ../nbs/13b_envs.ipynb #011d2e89
-class EnvError(SimError):
-    "An environment cannot play a policy: the message names the environment, the key or value, and what to do."
-
-PUSHT_ID = "gym_pusht/PushT-v0"
-PUSHT_KEYPOINTS = np.array([[9.2698, 90.041], [-60.9835, -1.1867], [60.9128, -1.3934], [-0.2705, 25.5436],
-                            [-14.0649, 122.8159], [39.0027, 32.8574], [-39.9664, 32.7297], [-16.8243, 62.8632],
-                            [23.5415, -1.7003]])
-
-def pusht_keypoints(block_pose) -> np.ndarray:
-    "The T's 9 keypoints (9, 2) in the window, as diffusion_policy's store holds them, from its pose (x, y, θ)."
-    x, y, th = (float(v) for v in np.asarray(block_pose)[:3])
-    c, s = np.cos(th), np.sin(th)
-    L = PUSHT_KEYPOINTS
-    return np.stack([x + c * L[:, 0] - s * L[:, 1], y + s * L[:, 0] + c * L[:, 1]], -1).astype(np.float32)
-
-def pusht_initial_state(seed: int) -> np.ndarray:
-    "diffusion_policy's PushT initial state for `seed` (agent x, y, T x, y, θ): its `PushTEnv.reset` draw."
-    rs = np.random.RandomState(seed=int(seed))
-    return np.array([rs.randint(50, 450), rs.randint(50, 450), rs.randint(100, 400), rs.randint(100, 400),
-                     rs.randn() * 2 * np.pi - np.pi], dtype=np.float64)
-
-# %% ../nbs/13b_envs.ipynb #050b9320
-def _frames(px) -> np.ndarray:
-    "An environment's (H, W, 3) frame as the store's camera frame: uint8 (3, H, W) (the views chapter's conversion)."
-    px = np.asarray(px)
-    return KeyView("img", "pixels", "frames", px.shape, (3,) + px.shape[:2], "uint8")(px)
-
-def _pusht_obs(raw, info) -> dict:
-    "gym-pusht's observation (`state` or `pixels_agent_pos`) + info → diffusion_policy's store keys."
-    pose = np.asarray(info["block_pose"], dtype=np.float64)
-    agent = np.asarray(raw["agent_pos"] if isinstance(raw, dict) else raw[:2], dtype=np.float32)
-    out = {"agent_pos": agent, "keypoint": pusht_keypoints(pose).reshape(-1),
-           "state": np.r_[agent, pose[:2], pose[2] % (2 * np.pi)].astype(np.float32)}
-    if isinstance(raw, dict) and "pixels" in raw: out["img"] = _frames(raw["pixels"])
-    return out
-
-def _generic_obs(raw, info) -> dict:
-    if isinstance(raw, dict):
-        return {k: _frames(v) if np.ndim(v) == 3 else np.asarray(v, np.float32).reshape(-1) for k, v in raw.items()}
-    return {"state": np.asarray(raw, np.float32).reshape(-1)}
-
-@dataclass
-class EnvSpec:
-    "How one gymnasium environment plays a policy trained on a store (see above)."
-    id: str
-    package: str                                   # what `pip install` brings it
-    module: str                                    # what to import so that it is registered
-    keys: tuple = ()                               # the store keys its map gives (empty: whatever it observes)
-    obs: object = _generic_obs                     # (observation, info) -> {store key: array}
-    obs_type: object = None                        # policy keys -> {"obs_type": ...} for gym.make, or None
-    reset_options: object = None                   # seed -> reset options, or None
-    success_reward: float | None = None            # a reward at least this is success (None: info[success_info])
-    note: str = ""
-    reward_scale: float = 1.0                      # score = an episode's highest reward / this (in [0, 1])
-    env_vars: dict = field(default_factory=dict)   # set (if unset) before the package is imported
-    success_info: str = "is_success"               # the info key that says success (gymnasium's habit)
-    task_kwarg: str | None = None                  # the gym.make argument that picks a task (the run's task name)
-
-ENVS = {PUSHT_ID: EnvSpec(
-    PUSHT_ID, "gym-pusht", "gym_pusht", ("agent_pos", "keypoint", "state", "img"), _pusht_obs,
-    lambda keys: {"obs_type": "pixels_agent_pos" if "img" in keys else "state"},
-    lambda seed: {"reset_to_state": pusht_initial_state(seed)}, 1.0,
-    "diffusion_policy's PushT: seeds draw its initial states; score = max reward (coverage / 0.95, clipped)")}
-
-def _aloha_obs(raw, info) -> dict:
-    "gym-aloha's `pixels_agent_pos` observation → our ALOHA stores' keys: qpos as `state`, the top camera."
-    return {"state": np.asarray(raw["agent_pos"], np.float32), "head_camera": _frames(raw["pixels"]["top"])}
-
-ENVS["gym_aloha/AlohaTransferCube-v0"] = EnvSpec(
-    "gym_aloha/AlohaTransferCube-v0", "gym-aloha", "gym_aloha", ("state", "head_camera"), _aloha_obs,
-    lambda keys: {"obs_type": "pixels_agent_pos"}, None, 4.0,
-    "gym-aloha's own registration of transfer-cube: its seeds place the cube as our simulator's do (sample_box_pose); "
-    "reward 4 = the left gripper holds the cube up; the camera at its observation_height/width", 4.0,
-    {"MUJOCO_GL": "egl"})
-
-def env_spec(env_id: str) -> EnvSpec:
-    "The `EnvSpec` of an id: a known one, else the generic map (the package is the id's namespace, `ns/Name-v0`)."
-    if env_id in ENVS: return ENVS[env_id]
-    ns = env_id.split("/")[0] if "/" in env_id else ""
-    return EnvSpec(env_id, ns.replace("_", "-"), ns)
-
-# %% ../nbs/13b_envs.ipynb #7d2e0d29
-METAWORLD_ID = "Meta-World/MT1"
-
-def _metaworld_obs(raw, info) -> dict:
-    "Meta-World's 39-value observation as the store's `state`."
-    return {"state": np.asarray(raw, np.float32).reshape(-1)}
-
-ENVS[METAWORLD_ID] = EnvSpec(
-    METAWORLD_ID, "metaworld", "metaworld", ("state",), _metaworld_obs,
-    lambda keys: {"disable_env_checker": True},   # its boxes warn at every step (bounds its observations exceed)
-    None, None,
-    "Meta-World's one-task benchmark: env_name picks the task (the run's task name); success = info['success'], "
-    "score = max reward / 10", 10.0, {"MUJOCO_GL": "egl"}, success_info="success", task_kwarg="env_name")
+__all__ = ['GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'rollout', 'watch', 'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #c06c219e
 def _nearest(env_id: str, gym) -> str:
@@ -311,6 +211,17 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
                     task_name, instruction=instruction)
     return aloha_rollout(run_or_policy, task, episodes, workers, seed, max_steps, inference_steps=inference_steps,
                          progress=progress, task_name=task_name, instruction=instruction, **kw)
+
+def watch(run: str, every: int, task: str, tasks=None, episodes: int = 20, seed: int = 100000, workers=None,
+          parent: int | None = None):
+    """The rollout watcher's process (`eval.rollout_every`: the watcher chapter starts it by path): each checkpoint of
+    `run` rolled out through this door as it appears (the sim chapter's `watch_rollouts`), a line each in
+    rollouts.log, until the run's last step or `parent`'s end."""
+    from dptoolkit.processes import start_forkserver
+    from dptoolkit.sim import watch_rollouts
+    start_forkserver(fork=True)   # the episode workers' server, forked from this process
+    watch_rollouts(run, every, task, episodes, seed, workers, parent, log=lambda m: print(m, flush=True), tasks=tasks,
+                   roll=rollout)
 
 # %% ../nbs/13b_envs.ipynb #0d74aa8b
 def replay_pusht(store, episodes=None, tol: float = 1e-3) -> pd.DataFrame:

@@ -27,7 +27,8 @@ class Envs:
         self.made, self.width = collections.defaultdict(list), env_state_width(policy)   # a padded env_state's
         self.keys = list(policy.low_dim_keys) + list(policy.image_keys)
     def get(self, task, n):
-        from dptoolkit.sim import AlohaSim, is_env
+        from dptoolkit.environments import is_env
+        from dptoolkit.sim import AlohaSim
         while len(self.made[task]) < n:
             if is_env(task): self.made[task].append(GymStep(task, self.keys))
             else:

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from .envs import METAWORLD_ID, EnvError, GymEnv
+from .environments import METAWORLD_ID, EnvError
+from .envs import GymEnv
 from .store import StoreInfo, write_store
 
 # %% auto #0

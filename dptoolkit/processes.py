@@ -4,7 +4,7 @@
 
 # %% ../nbs/06a_processes.ipynb #b9891769
 from __future__ import annotations
-import importlib, io, os, signal, socket, sys, threading, time, traceback
+import importlib, io, json, os, signal, socket, sys, threading, time, traceback
 import multiprocessing.util as mpu
 
 import torch
@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 # %% auto #0
 __all__ = ['DIFFUSERS_PRELOAD', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_count', 'worker_pool',
-           'die_with_parent']
+           'die_with_parent', 'call_command', 'start_call', 'call_main']
 
 # %% ../nbs/06a_processes.ipynb #bb15b994
 _preloaded = set()
@@ -239,3 +239,66 @@ def _pool_worker(parent: int, env: dict, cwd: str, path: list, initializer, init
     _release_sigterm()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if initializer is not None: initializer(*initargs)
+
+# %% ../nbs/06a_processes.ipynb #6770173a
+def call_command(fn: str, kwargs: dict | None = None) -> list:
+    """The command line that runs `fn(**kwargs)` in a new Python process: `fn` is "dptoolkit.ROOM:FUNCTION" (a function
+    of the toolkit's own rooms: nothing else is imported by name), `kwargs` JSON values."""
+    mod, _, name = str(fn).partition(":")
+    if not (mod.startswith("dptoolkit.") and name.isidentifier()):
+        raise ValueError(f"{fn!r}: expected 'dptoolkit.ROOM:FUNCTION' (a function of the toolkit's own rooms)")
+    return [sys.executable, "-m", "dptoolkit.processes", fn, json.dumps(kwargs or {})]
+
+def start_call(fn: str, kwargs: dict | None, log, env: dict | None = None, mode: str = "a", detached: bool = True,
+               **popen):
+    """`fn(**kwargs)` in a process of its own (`call_command`), its output in the file `log`: detached
+    (`start_detached`) or, with `detached=False`, a child in this process group (the rollout watcher beside the ranks);
+    → the `subprocess.Popen`."""
+    cmd = call_command(fn, kwargs)
+    if detached: return start_detached(cmd, log, env, mode=mode, **popen)
+    import subprocess
+    with open(log, mode) as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, **popen)
+
+def _exit_with_parent(pid: int, every: float = 1.0):
+    "SIGTERM to this process (a checkpoint, then the end) once the process that started it is gone: no orphans."
+    def watch():
+        while os.getppid() == pid: time.sleep(every)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=watch, daemon=True, name="dpt-parent-watch").start()
+
+def call_main(argv=None) -> int:
+    """`python -m dptoolkit.processes dptoolkit.ROOM:FUNCTION JSON`: the room imported, the function called with the
+    JSON's keyword arguments; → the exit code: 0, 1 with one line `dpt: error: ...`, 2 a bad command, 130 when
+    interrupted."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if len(argv) != 2: raise ValueError(f"expected FUNCTION JSON, got {len(argv)} arguments")
+        call_command(argv[0])
+        kwargs = json.loads(argv[1])
+        if not isinstance(kwargs, dict): raise ValueError(f"{argv[1]!r}: expected a JSON object of keyword arguments")
+    except ValueError as e:
+        print(f"dpt: error: python -m dptoolkit.processes: {e}", file=sys.stderr)
+        return 2
+    mod, _, name = argv[0].partition(":")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # cleanup runs: temp folders, child ranks
+    if os.environ.get("DPT_PARENT_PID"): _exit_with_parent(int(os.environ.pop("DPT_PARENT_PID")))
+    try:
+        getattr(importlib.import_module(mod), name)(**kwargs)
+        return 0
+    except KeyboardInterrupt:
+        print("dpt: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        ours = type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")
+        if getattr(e, "rank_traceback", None): print(e.rank_traceback, file=sys.stderr)   # a rank's, in the log
+        elif not ours: traceback.print_exc()
+        print(f"dpt: error: {getattr(e, 'headline', None) or e}", file=sys.stderr, flush=True)
+        return 1
+
+# %% ../nbs/06a_processes.ipynb #dc56fb52
+#| eval: false
+if __name__ == "__main__":   # python -m dptoolkit.processes dptoolkit.ROOM:FUNCTION JSON (start_call's processes)
+    from dptoolkit.processes import call_main as _call_main   # the module itself, not this __main__ copy of it
+    sys.exit(_call_main())

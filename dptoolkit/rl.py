@@ -391,7 +391,8 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
     from dptoolkit.evaluate import load_policy
-    from dptoolkit.sim import TASKS, check_policy, is_env
+    from dptoolkit.environments import TASKS, is_env
+    from dptoolkit.sim import check_policy
     run, out = Path(run).absolute(), Path(out).absolute()
     if out == run: raise RLError(f"--out {out}: the fine-tuned run needs a folder of its own, not the source run's")
     holder = run_holder(run)
@@ -586,7 +587,7 @@ def finetune(run, out, nprocs: int = 2, overrides=(), *, progress: bool = True, 
     `overrides`: `rl.KEY=VALUE`. Returns `train`'s `RunResult` (or a `BackgroundRun` with `wait=False`)."""
     from dptoolkit.config import resolve_devices
     from dptoolkit.launch import launch
-    from dptoolkit.processes import start_detached
+    from dptoolkit.processes import start_call
     from dptoolkit.train import BackgroundRun, RunResult
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise RLError(f"nprocs={nprocs!r}: must be an integer ≥ 1")
@@ -596,9 +597,10 @@ def finetune(run, out, nprocs: int = 2, overrides=(), *, progress: bool = True, 
     cfg.training.device = dev.kind
     if not wait:
         out.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "dptoolkit.cli", "finetune", str(run), "--out", str(out), "--nprocs", str(nprocs),
-               "--no-progress", *map(str, overrides)]
-        return BackgroundRun(out, start_detached(cmd, out / "background.log", mode="w"), out / "background.log")
+        kw = dict(run=str(run), out=str(out), nprocs=nprocs, overrides=list(map(str, overrides)), gpu_ids=gpu_ids,
+                  backend=backend)
+        log = out / "background.log"
+        return BackgroundRun(out, start_call("dptoolkit.rl:_finetune_background", kw, log, mode="w"), log)
     lock_run(out)
     try:
         res = launch(finetune_worker, OmegaConf.to_container(cfg), nprocs=dev.nprocs, gpu_ids=dev.ids or None,
@@ -606,6 +608,13 @@ def finetune(run, out, nprocs: int = 2, overrides=(), *, progress: bool = True, 
                      env={"DPT_RUN_LOCKED": str(out)}, stall_timeout=None)
     finally: unlock_run(out)
     return RunResult(out, res)
+
+def _finetune_background(run: str, out: str, nprocs: int, overrides: list, gpu_ids=None, backend=None):
+    "The process `finetune(wait=False)` starts (`processes.start_call`): `finetune`, its metrics printed as JSON."
+    from dptoolkit.processes import start_forkserver
+    start_forkserver(fork=True)   # the ranks' server, forked from this process before anything computes
+    res = finetune(run, out, nprocs, overrides, progress=False, gpu_ids=gpu_ids, backend=backend)
+    print(json.dumps(res.metrics, default=str))
 
 # %% ../nbs/14_rl.ipynb #46e9bc9b
 def is_rl_run(run) -> bool:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_sim.ipynb #72019904
 from __future__ import annotations
-import collections, json, math, os, re, shutil, sys, time
+import collections, json, math, os, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,19 +12,18 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
+from .environments import TASKS, EnvError, is_env   # ALOHA's tasks among the environments (their room)
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
-__all__ = ['TASKS', 'EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'SCENE', 'LIFT_HOLD_FROM', 'WAYPOINTS',
-           'ARM_JOINTS', 'DART_RHO', 'PHRASINGS', 'SIM_OBS', 'SimError', 'SimUnstable', 'is_env', 'AlohaSim',
-           'transfer_waypoints', 'insertion_waypoints', 'lift_reward', 'lift_waypoints', 'expert_episode', 'Demos',
-           'make_demos', 'check_policy', 'rollout_task', 'recorded_env', 'recorded_task', 'recorded_tasks',
-           'task_index', 'env_state_width', 'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table',
-           'RolloutBroken', 'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
-           'rollout_run']
+__all__ = ['EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'SCENE', 'LIFT_HOLD_FROM', 'WAYPOINTS', 'ARM_JOINTS',
+           'DART_RHO', 'PHRASINGS', 'SIM_OBS', 'SimError', 'SimUnstable', 'AlohaSim', 'transfer_waypoints',
+           'insertion_waypoints', 'lift_reward', 'lift_waypoints', 'expert_episode', 'Demos', 'make_demos',
+           'check_policy', 'rollout_task', 'recorded_env', 'recorded_task', 'recorded_tasks', 'task_index',
+           'env_state_width', 'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table', 'RolloutBroken',
+           'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
-TASKS = ("transfer_cube", "insertion", "lift_cube")
 EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
 SIM_KEYS = ["state", "action", "env_state"]   # what every demonstration store holds (cameras: head_camera)
 SUCCESS_REWARD = 4           # transfer-cube: the left gripper holds the cube up; insertion: the peg touches the pin;
@@ -34,7 +33,7 @@ _OBJECTS = {"transfer_cube": ["red_box_joint"], "insertion": ["red_peg_joint", "
 SCENE = {"lift_cube": "transfer_cube"}   # a task played in another task's scene (its model, its object draw)
 LIFT_HOLD_FROM = 350         # lift-cube succeeds only while the cube is still held at the episode's end
 
-class SimError(RuntimeError):
+class SimError(EnvError):
     """The simulator is missing, cannot render, or is asked for something it cannot do; the message says what to install
     or set."""
 
@@ -68,13 +67,6 @@ def _sim():
                        "libgl1-mesa-dri) and use MUJOCO_GL=egl") from None
     return collections.namedtuple("Sim", "mujoco control constants sim ee sample_box_pose sample_insertion_pose")(
         mujoco, control, constants, sim, sim_end_effector, sample_box_pose, sample_insertion_pose)
-
-_GYM_ID = re.compile(r"^(?:[\w:.-]+/)?[\w:.-]+-v\d+$")   # gymnasium's ids: [namespace/]Name-vN
-
-def is_env(task) -> bool:
-    """A gymnasium environment id (envs chapter) rather than one of our ALOHA tasks: with a namespace
-    (`gym_pusht/PushT-v0`) or without one (`Pendulum-v1`, `CartPole-v1`: registered by gymnasium or by the user)."""
-    return isinstance(task, str) and task not in TASKS and ("/" in task or bool(_GYM_ID.match(task)))
 
 def _check_task(task):
     if task not in TASKS and not is_env(task):
@@ -822,7 +814,7 @@ def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int =
             seen.add(step)
             try: recs.append(rollout_checkpoint(run / "checkpoints" / name, task, episodes, seed, workers,
                                                 tasks=tasks, roll=roll))
-            except (FileNotFoundError, SimError) as e: log(f"rollout of {name} skipped: {e}")
+            except (FileNotFoundError, EnvError) as e: log(f"rollout of {name} skipped: {e}")
             else: log(f"step {step}: {_success_line(recs[-1])}")
             continue
         if final is not None and (final in seen or step is None or step <= max(seen, default=-1)): return recs

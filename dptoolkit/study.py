@@ -11,16 +11,16 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from .config import apply_overrides
-from .processes import start_detached
+from .processes import call_command, start_call
 from .report import pyplot
 # the study's rooms: its plan and state (study grid chapter), its runner, its results
 from .study_grid import (StudyError, _manifest, _study_key, _write_json, check_study, recipe_name, run_state,
                                   study_runs, study_status)
-from .study_runner import _ROLLOUT, run_one, run_study, slots
+from .study_runner import _ROLLOUT, check_finished, run_one, run_study, slots
 from .study_results import Comparison, compare, plot_study, study_table
 
 # %% auto #0
-__all__ = ['make_study', 'study', 'study_sbatch', 'write_study_sbatch', 'Study', 'grid_arg']
+__all__ = ['make_study', 'study', 'resume', 'study_sbatch', 'write_study_sbatch', 'Study', 'grid_arg']
 
 # %% ../nbs/07c_study.ipynb #befe6273
 def _sim_task(cfg):
@@ -64,11 +64,18 @@ def study(cfg, grid: dict, seeds=(0, 1, 2), out=None, *, rollout=None, nprocs: i
         if progress: print(f"study: {script}" + (f" submitted as job array {job}" if job else " (sbatch it)"))
         return Study(out, job=job)
     if not wait:
-        cmd = [sys.executable, "-m", "dptoolkit.cli", "study", str(out), "--resume", "--no-progress",
-               "--gpus-per-run", str(gpus_per_run)] + (["--parallel", str(parallel)] if parallel else [])
-        return Study(out, proc=start_detached(cmd, out / "study.log"))
+        kw = dict(out=str(out), gpus_per_run=gpus_per_run, parallel=parallel, progress=False)
+        return Study(out, proc=start_call("dptoolkit.study:resume", kw, out / "study.log"))
     run_study(out, slots(nprocs, gpus_per_run, parallel), progress)
     return Study(out)
+
+def resume(out, gpus_per_run: int = 1, parallel: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run what study `out` has not done on this machine (`run_study` on its `slots`); `StudyError` when a run did not
+    finish, else → `study_status`. What `study(..., wait=False)` runs in a process of its own and `dpt study --resume`
+    runs."""
+    st = run_study(out, slots(_manifest(out)["nprocs"], gpus_per_run, parallel), progress)
+    check_finished(out)
+    return st
 
 # %% ../nbs/07c_study.ipynb #4785d05c
 def study_sbatch(out, *, max_parallel: int | None = None, gpus_per_run: int = 1, cpu: bool = False,
@@ -80,10 +87,10 @@ def study_sbatch(out, *, max_parallel: int | None = None, gpus_per_run: int = 1,
     out = Path(out).absolute()
     m = _manifest(out)
     k = len(m["runs"])
-    cmd = (f"{shlex.quote(python or sys.executable)} -m dptoolkit.cli study {shlex.quote(str(out))} "
-           '--task "$SLURM_ARRAY_TASK_ID" --no-progress')
+    cmd = shlex.join([python or sys.executable, *call_command("dptoolkit.study_runner:array_task",
+                                                              dict(out=str(out)))[1:]])
     return array_script(k, cmd, out, what=f"the {k} runs of the study {out}", writer="`dpt study`", tag="dpt-study",
-                        task_words="one run (dpt study DIR --task $SLURM_ARRAY_TASK_ID)",
+                        task_words="one run (its SLURM_ARRAY_TASK_ID)",
                         footer=f"# What finished: dpt study {out} --status", max_parallel=max_parallel,
                         gpus_per_task=gpus_per_run, cpu=cpu,
                         cpus_per_task=cpus_per_task or (m["nprocs"] if cpu else None), partition=partition, time=time,

@@ -12,11 +12,11 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from .config import apply_overrides
-from .processes import start_detached
+from .processes import start_call
 from .study_grid import StudyError, _manifest, _write_json, run_state, study_status
 
 # %% auto #0
-__all__ = ['run_one', 'slots', 'run_study']
+__all__ = ['run_one', 'run_task', 'array_task', 'check_finished', 'slots', 'run_study']
 
 # %% ../nbs/07e_study_runner.ipynb #236f0087
 _ROLLOUT = dict(episodes=20, seed=100000, every=None, windows=128, workers=1)
@@ -67,7 +67,7 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     `status` (done / failed / stopped), the one-line `error`, times, final loss, samples/s and the measurement."""
     from dptoolkit.train import train
     from dptoolkit.processes import start_forkserver
-    start_forkserver(fork=True)   # a run's own process (`dpt study DIR --task I`): its ranks' server, forked from it
+    start_forkserver(fork=True)   # a run's own process (`run_task`): its ranks' server, forked from it
     out, m = Path(out), _manifest(out)
     run = m["runs"][index]
     rd = out / "runs" / run["name"]
@@ -92,6 +92,30 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     _write_json(rd / "study_result.json", rec)
     (rd / ".study-pid").unlink(missing_ok=True)
     return rec
+
+# %% ../nbs/07e_study_runner.ipynb #88ae3de4
+def run_task(out, index: int):
+    """Run `index` of study `out` in its own process (`run_one`); `StudyError` with its one-line error when it failed.
+    Slurm's warning before the end (SIGUSR1) while training has not started yet ends it with exit 138."""
+    import signal
+    signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138))   # training installs its own (checkpoint, then stop)
+    rec = run_one(out, int(index))
+    if rec["status"] == "failed": raise StudyError(f"run {rec['run']}: {rec['error']}")
+
+def array_task(out):
+    "The Slurm job array's task of study `out` (its sbatch script): run `SLURM_ARRAY_TASK_ID` (`run_task`)."
+    i = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if not (i or "").isdigit():
+        raise StudyError(f"SLURM_ARRAY_TASK_ID={i!r}: array_task runs as a task of the study's job array (sbatch "
+                         f"{Path(out) / 'study.sbatch'})")
+    run_task(out, int(i))
+
+def check_finished(out):
+    "`StudyError` naming the first run of study `out` that is not done (its error), and how to go on."
+    st = study_status(out)
+    bad = st[st["status"] != "done"]
+    if len(bad): raise StudyError(f"{len(bad)} of {len(st)} runs did not finish ({bad.iloc[0]['run']}: "
+                                  f"{bad.iloc[0]['error']}); dpt study {out} --status, then --resume")
 
 # %% ../nbs/07e_study_runner.ipynb #d399ef4d
 def slots(nprocs: int = 1, gpus_per_run: int = 1, parallel: int | None = None, gpus: int | None = None,
@@ -119,8 +143,8 @@ def _start(out: Path, i: int, slot: dict, run: dict):
     env = dict(os.environ)
     if "gpus" in slot: env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot["gpus"]))
     pin = (lambda: os.sched_setaffinity(0, slot["cores"])) if "cores" in slot else None
-    return start_detached([sys.executable, "-m", "dptoolkit.cli", "study", out, "--task", i, "--no-progress"],
-                          rd / "study.log", env, preexec_fn=pin)   # the launch chapter's
+    return start_call("dptoolkit.study_runner:run_task", dict(out=str(out), index=i), rd / "study.log", env,
+                      preexec_fn=pin)   # the processes chapter's: a detached process
 
 def _died(out: Path, run: dict, code: int):
     """A run process that ended without its record (killed): recorded as failed with how it ended, or as stopped when

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #dcac6949
 from __future__ import annotations
-import copy, json, os, signal, sys, time
+import copy, json, os, signal, time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from .normalize import Normalizer
 from .checkpoint import (TrainError, check_resume_data, check_run_dir, check_store_shapes, local, lock_run,
                                   resume_step, unlock_run)
 from .launch import LaunchError, launch, launched
-from .processes import start_detached
+from .processes import start_call, start_forkserver
 from .stall import Heartbeat, watch_in_rank
 from .policy import language_conditioning, offset_specs, task_conditioning
 from .protocol import build_policy, check_protocol, policy_target
@@ -299,7 +299,7 @@ class RunResult:
     metrics: dict
 
 class BackgroundRun:
-    """A run started by `train(..., wait=False)`: a `dpt train` process beside the kernel (its own session, so
+    """A run started by `train(..., wait=False)`: a process beside the kernel (`_run_background`; its own session, so
     interrupting the kernel does not reach it; it stops with a checkpoint if the kernel exits). `report.watch(h)`
     draws loss and throughput live, `.stop()` stops every rank at its next log step with a checkpoint, `.result()` waits
     and returns the `RunResult` (or raises `LaunchError` with the run's one-line error), `.done` says if it ended."""
@@ -333,17 +333,22 @@ class BackgroundRun:
         return f"BackgroundRun({self.run_dir}, {state}, pid {self.proc.pid})"
 
 def _start_background(cfg, rd: Path, dev, backend) -> BackgroundRun:
-    import subprocess
     rd.mkdir(parents=True, exist_ok=True)
     conf = rd / ".background-config.yaml"
     conf.write_text(OmegaConf.to_yaml(cfg))
-    cmd = [sys.executable, "-m", "dptoolkit.cli", "train", "--config", str(conf), "--out", str(rd), "--no-progress"]
-    if dev.kind == "cuda" and dev.ids: cmd += ["--gpu-ids", ",".join(map(str, dev.ids))]
-    else: cmd += ["--nprocs", str(dev.nprocs)]
-    if backend: cmd += ["--backend", backend]
+    gpus = list(dev.ids) if dev.kind == "cuda" and dev.ids else None
     log = rd / "background.log"
-    proc = start_detached(cmd, log, mode="w")   # its own session: a kernel interrupt does not reach the run
+    proc = start_call("dptoolkit.train:_run_background", dict(config=str(conf), run_dir=str(rd), backend=backend,
+                      nprocs=None if gpus else dev.nprocs, gpu_ids=gpus), log, mode="w")   # its own session
     return BackgroundRun(rd, proc, log)
+
+def _run_background(config: str, run_dir: str, nprocs: int | None = None, gpu_ids=None, backend=None):
+    """The process `train(wait=False)` starts (`processes.start_call`; a kernel's interrupt does not reach it): `train`
+    on the config it wrote, no progress bars, its metrics printed as JSON at the end."""
+    from dptoolkit.config import load_config
+    start_forkserver(fork=True)   # the ranks' server, forked from this process before anything computes
+    res = train(load_config(config), nprocs, gpu_ids, run_dir=run_dir, backend=backend, progress=False)
+    print(json.dumps(res.metrics, default=str))
 
 # %% ../nbs/05_train.ipynb #6f956617
 def resumed_tasks(cfg, rd: Path):
@@ -459,7 +464,7 @@ def _bus_error(cfg, e):
 def _by_value_only(cls, policy, wait, cfg):
     "A class from a notebook cell reaches the ranks by value; `dpt train` and the rollout workers import by path."
     if policy is None or cls.__module__ != "__main__": return
-    other = ("train(wait=False), which runs `dpt train` in another process" if not wait else
+    other = ("train(wait=False), which trains in another process" if not wait else
              "eval.rollout_every, whose workers load each checkpoint" if OmegaConf.select(cfg, "eval.rollout_every")
              else None)
     if other: raise TrainError(f"{cls.__qualname__} is defined in a notebook cell or __main__, so it has no import "

@@ -4,14 +4,15 @@
 
 # %% ../nbs/05e_watcher.ipynb #776c4487
 from __future__ import annotations
-import json, os, sys
+import json, os
 
 from omegaconf import OmegaConf
 
 from .checkpoint import TrainError
+from .processes import start_call
 
 # %% auto #0
-__all__ = ['check_rollouts', 'start_rollouts', 'finish_rollouts']
+__all__ = ['WATCHER', 'check_rollouts', 'start_rollouts', 'finish_rollouts']
 
 # %% ../nbs/05e_watcher.ipynb #7f2f7b4a
 def check_rollouts(cfg, info):
@@ -21,7 +22,7 @@ def check_rollouts(cfg, info):
     if not every: return
     env = OmegaConf.select(cfg, "eval.env", default=None)
     if env:   # a gymnasium environment (envs chapter): the keys its observation map gives
-        from dptoolkit.envs import env_spec
+        from dptoolkit.environments import env_spec
         gives = list(env_spec(env).keys)
         for k in cfg.task.dataset.obs_keys if gives else ():
             if k not in gives:
@@ -41,22 +42,22 @@ def check_rollouts(cfg, info):
                              f"simulator does not give in closed loop (it gives {', '.join(keys)})")
 
 # %% ../nbs/05e_watcher.ipynb #f47d8084
+WATCHER = "dptoolkit.envs:watch"   # found by its path, as the packaged policy is: the loop imports no simulator
+
 def start_rollouts(R):
-    "Rank 0 of a run with `eval.rollout_every`: the watcher (`dpt rollout RUN --watch N`), its output in rollouts.log."
+    """Rank 0 of a run with `eval.rollout_every`: the watcher (`WATCHER`) in a process of its own beside the ranks, its
+    output in rollouts.log."""
     if not (R.is_main and R.every): return None
     E = R.cfg.eval
     sim = (R.ds._info.attrs or {}).get("sim") or {}
     tasks = list(sim.get("tasks") or [sim.get("task") or "transfer_cube"])   # a merge of simulator stores: each task
     (R.run_dir / ".rollouts-done").unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "dptoolkit.cli", "rollout", str(R.run_dir), "--watch", str(R.every),
-           *(["--env", E.env] if E.get("env") else ["--tasks", ",".join(tasks)] if len(tasks) > 1
-             else ["--task", tasks[0]]),          # a gymnasium environment (envs chapter), or ALOHA's tasks
-           "--episodes", str(E.rollout_episodes), "--seed", str(E.rollout_seed), "--workers", str(E.rollout_workers),
-           "--parent", str(os.getpid()), "--no-progress"]
-    import subprocess
-    env = dict(os.environ, DPT_ROLLOUT_RUN=str(R.run_dir.absolute()))   # its workers: this run's rollout_workers
-    with open(R.run_dir / "rollouts.log", "a") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    kw = dict(run=str(R.run_dir.absolute()), every=int(R.every),
+              task=E.get("env") or tasks[0],      # a gymnasium environment (envs chapter), or ALOHA's tasks
+              tasks=None if E.get("env") or len(tasks) < 2 else tasks, episodes=int(E.rollout_episodes),
+              seed=int(E.rollout_seed), workers=E.rollout_workers, parent=os.getpid())
+    env = dict(os.environ, DPT_ROLLOUT_RUN=kw["run"])   # its workers: this run's rollout_workers
+    return start_call(WATCHER, kw, R.run_dir / "rollouts.log", env=env, detached=False)
 
 def finish_rollouts(R, wait: bool) -> dict | None:
     """Tell the watcher the last step; wait for its final rollout (`wait`) or stop it. → the last success record; a
@@ -66,7 +67,7 @@ def finish_rollouts(R, wait: bool) -> dict | None:
     if dead is not None:
         import signal
         how = f"killed by {signal.Signals(-dead).name}" if dead < 0 else f"exit {dead}"
-        err = (f"the rollout watcher (dpt rollout --watch) ended before the run did ({how}): success was not recorded "
+        err = (f"the rollout watcher ended before the run did ({how}): success was not recorded "
                f"after it; its output is in {R.run_dir / 'rollouts.log'}; roll out the saved checkpoints with: dpt "
                f"rollout {R.run_dir} --every {R.every}")
         print(f"warning: {err}", flush=True)

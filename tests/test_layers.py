@@ -101,6 +101,26 @@ def test_no_data_room_reaches_the_model():
     assert not bad, f"data rooms that reach the model side: {bad}"
 
 
+def _reach(g, r, seen=None):
+    seen = set() if seen is None else seen
+    for d in g.get(r, ()):
+        if d not in seen: seen.add(d); _reach(g, d, seen)
+    return seen
+
+
+ROLLOUT = {"sim", "envs", "episodes", "meta_world", "iterate", "rl", "evaluate"}
+
+
+def test_the_environments_room_is_below_every_rollout_and_the_loop_below_every_simulator():
+    """Issues 89 and 91: the environments' specs import no training, policy or rollout code; the training loop (and
+    the watcher it starts by path) reaches no simulator, so `train` no longer stands on the rollout stack."""
+    g = imports()
+    assert not _reach(g, "environments") & (MODEL | ROLLOUT | DATA), sorted(_reach(g, "environments"))
+    for r in ("train", "watcher", "metrics"):
+        assert not _reach(g, r) & ROLLOUT, (r, sorted(_reach(g, r) & ROLLOUT))
+    assert "environments" in g["watcher"] and "environments" in g["sim"]
+
+
 @pytest.mark.parametrize("strategy,nprocs", [("ddp", 1), ("fsdp", 1)])
 def test_a_run_written_before_the_strategy_object_resumes(tmp_path, strategy, nprocs):
     "tests/data/runs_0.1.0 (its make.sh): written at 76abf79; resumed here, an fsdp one also at another world size."

@@ -157,7 +157,7 @@ def test_a_dead_watcher_is_said_and_recorded(demos, tmp_path):
         watcher, t0 = None, time.time()
         while watcher is None and time.time() - t0 < 180 and p.poll() is None:
             for c in psutil.Process(p.pid).children(recursive=True):
-                try: watcher = c if "--watch" in c.cmdline() else watcher
+                try: watcher = c if "dptoolkit.envs:watch" in c.cmdline() else watcher
                 except psutil.NoSuchProcess: pass
             time.sleep(0.2)
         assert watcher is not None, p.communicate()[0][-2000:]
@@ -167,7 +167,7 @@ def test_a_dead_watcher_is_said_and_recorded(demos, tmp_path):
         out = p.communicate(timeout=300)[0]
     finally:                                               # a failed assertion leaves no run training on
         if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
-    said = "the rollout watcher (dpt rollout --watch) ended before the run did (killed by SIGKILL)"
+    said = "the rollout watcher ended before the run did (killed by SIGKILL)"
     assert p.returncode == 130 and said in out and f"dpt rollout {run} --every 10" in out, out[-3000:]
     assert said in json.loads((run / "result.json").read_text())["rollouts_error"]
 

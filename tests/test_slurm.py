@@ -221,7 +221,7 @@ def test_study_job_array_is_what_sbatch_accepts(slurm, merged, tmp_path):
             "--out", out, "--slurm", "--cpu", "--parallel", 2, "training.max_steps=10", check=0,
             env={"SLURM_CONF": slurm["SLURM_CONF"]})
     script = (out / "study.sbatch").read_text()
-    assert "#SBATCH --array=0-3%2" in script and "#SBATCH --requeue" in script and "--task \"$SLURM_ARRAY_TASK_ID\"" in script
+    assert "#SBATCH --array=0-3%2" in script and "#SBATCH --requeue" in script and "dptoolkit.study_runner:array_task" in script
     t = subprocess.run(["sbatch", "--test-only", str(out / "study.sbatch")], env=slurm, capture_output=True, text=True,
                        timeout=60)
     assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
