@@ -71,8 +71,7 @@ def study(cfg, grid: dict, seeds=(0, 1, 2), out=None, *, rollout=None, nprocs: i
 
 def resume(out, gpus_per_run: int = 1, parallel: int | None = None, progress: bool = True) -> pd.DataFrame:
     """Run what study `out` has not done on this machine (`run_study` on its `slots`); `StudyError` when a run did not
-    finish, else → `study_status`. What `study(..., wait=False)` runs in a process of its own and `dpt study --resume`
-    runs."""
+    finish, else → `study_status`. What `study(..., wait=False)` runs in a process of its own."""
     st = run_study(out, slots(_manifest(out)["nprocs"], gpus_per_run, parallel), progress)
     check_finished(out)
     return st
