@@ -204,7 +204,9 @@ def check_config(cfg: DictConfig):
     obs = list(OmegaConf.select(cfg, "task.dataset.obs_keys", default=None) or [])
     zp = OmegaConf.select(cfg, "task.dataset.zarr_path", default=None)
     for k in OmegaConf.select(cfg, "policy.obs_encoder.aux_keys", default=None) or []:
-        if zp and (Path(zp) / "data").is_dir() and not (Path(zp) / "data" / k).exists():   # first: is it there at all
+        lerobot = zp and (Path(zp) / "meta" / "info.json").exists()   # a LeRobot dataset's data/ holds parquet chunks
+        zarr_layout = zp and (Path(zp) / "data").is_dir() and not lerobot
+        if zarr_layout and not (Path(zp) / "data" / k).exists():   # first: is it there at all
             have = sorted(p.name for p in (Path(zp) / "data").iterdir() if not p.name.startswith("."))
             raise ConfigError(f"policy.obs_encoder.aux_keys names {k!r}, which {zp} does not have (data/ holds "
                               f"{', '.join(have)}): a training target must be one of the store's keys")
