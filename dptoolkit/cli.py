@@ -11,19 +11,18 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 
 # %% auto #0
 __all__ = ['COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert', 'cmd_embed',
-           'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'run_folders', 'cmd_report', 'cmd_eval',
-           'cmd_sim_data', 'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study',
-           'cmd_finetune', 'build_parser', 'threading_main', 'main', 'console']
+           'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'cmd_report', 'cmd_eval', 'cmd_sim_data',
+           'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study', 'cmd_finetune',
+           'build_parser', 'threading_main', 'main', 'console']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
     "A runtime error the CLI reports as one line (exit 1)."
 
 def _is_known(e) -> bool:
-    """Our own errors (StoreError, MergeError, ConfigError, TrainError, LaunchError, ReportError, CLIError): one line,
-    no traceback."""
-    return isinstance(e, CLIError) or (type(e).__module__.startswith("dptoolkit.")
-                                       and type(e).__name__.endswith("Error"))
+    "Our own errors (processes.is_ours: StoreError, ConfigError, LaunchError, … and CLIError): one line, no traceback."
+    from dptoolkit.processes import is_ours
+    return isinstance(e, CLIError) or is_ours(e)
 
 class _Parser(argparse.ArgumentParser):
     "argparse that reports a usage error as one line, `dpt: error: ...`, exit 2."
@@ -39,32 +38,10 @@ def cmd_sample_data(a):
         i = describe(p)
         print(f"{p}: {i.episodes} episodes, {i.steps} steps, keys {', '.join(i.keys)}")
 
-def _leftover(path) -> str | None:
-    "A note when an interrupted merge or conversion into `path` left its hidden temp folder beside it."
-    from dptoolkit.store import temp_sibling
-    tmp = temp_sibling(Path(path).absolute())
-    if not tmp.exists(): return None
-    mb = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) / 1e6
-    return (f"{tmp} ({mb:.1f} MB) was left by a merge or conversion into {Path(path).name} that did not finish; "
-            "running it again replaces it, or remove it (rm -r)")
-
-def _print_instructions(info):
-    "The store's instructions (language chapter): how many, the most used, and whether they are embedded."
-    from collections import Counter
-    from dptoolkit.language import episode_instructions, held_out_instructions
-    per, held = episode_instructions(info), held_out_instructions(info)
-    n = Counter(x for r in per for x in r)
-    lang = (info.attrs or {}).get("language")
-    if n: print(f"  instructions: {len(n)} distinct over {sum(1 for r in per if r)} of {len(per)} episodes; "
-                + (f"embedded with {lang['encoder']} ({lang['dim']} values, sha256 {lang['sha256'][:12]})" if lang
-                   else "not embedded (dpt embed STORE --encoder NAME_OR_FOLDER)"))
-    for s, k in n.most_common(5): print(f"    {k:4d} × {s}")
-    if len(n) > 5: print(f"    … {len(n) - 5} more")
-    for t, ps in held.items(): print(f"  held out for evaluation ({t}): " + "; ".join(ps))
-
 def cmd_inspect(a):
-    from dptoolkit.store import describe, episodes, verify
-    note = _leftover(a.path)
+    from dptoolkit.language import instruction_lines
+    from dptoolkit.store import describe, episodes, leftover_note, verify
+    note = leftover_note(a.path)
     if note and not Path(a.path).exists(): raise CLIError(f"{a.path}: no such store; {note}")
     if note: print(f"note: {note}", file=sys.stderr)
     info = verify(a.path, progress=not a.json) if a.verify else describe(a.path)
@@ -74,20 +51,10 @@ def cmd_inspect(a):
     print(info)
     ep = episodes(a.path)
     print(f"\n  episode length: min {ep.length.min()}, median {int(ep.length.median())}, max {ep.length.max()}")
-    _print_instructions(info)
+    for line in instruction_lines(info): print(f"  {line}")
     if ep.task_name.nunique() > 1:
-        print(
-            "  per task:\n"
-            + "\n".join(
-                "    " + l
-                for l in (
-                    ep.groupby("task_name")
-                    .agg(episodes=("episode", "size"), steps=("length", "sum"))
-                    .to_string()
-                    .splitlines()
-                )
-            )
-        )
+        per = ep.groupby("task_name").agg(episodes=("episode", "size"), steps=("length", "sum"))
+        print("  per task:\n" + "\n".join(f"    {line}" for line in per.to_string().splitlines()))
 
 # %% ../nbs/08_cli.ipynb #9513f406
 def cmd_cache(a):
@@ -110,8 +77,8 @@ def cmd_cache(a):
         freed = cache_clear(folder, store=a.store, stale_only=a.stale)
         print(f"removed {_fmt_bytes(freed)} of cache entries from {folder}")
         return
-    if a.keys: keys = a.keys.split(",")
-    else:   # the keys a run on this store reads: its cameras, low-dim observations, action
+    keys = _items(a.keys)
+    if not keys:   # the keys a run on this store reads: its cameras, low-dim observations, action
         from dptoolkit.config import for_store
         c = for_store(a.store, name="test")
         keys = list(c.task.dataset.obs_keys) + [c.task.dataset.action_key]
@@ -122,21 +89,17 @@ def cmd_cache(a):
 
 def cmd_merge(a):
     from dptoolkit.merge import merge
-    keys = a.keys.split(",") if a.keys else None
-    names = a.task_names.split(",") if a.task_names else None
     t0 = time.time()
-    pad = a.pad.split(",") if a.pad else None
-    info = merge(a.sources, a.output, keys=keys, task_names=names, pad=pad, overwrite=a.overwrite,
-                 progress=not a.no_progress)
+    info = merge(a.sources, a.output, keys=_items(a.keys), task_names=_items(a.task_names), pad=_items(a.pad),
+                 overwrite=a.overwrite, progress=not a.no_progress)
     print(info)
     print(f"merged {len(a.sources)} stores in {time.time() - t0:.1f} s")
 
 def cmd_convert(a):
     from dptoolkit.convert import convert
     t0 = time.time()
-    cams = a.cameras.split(",") if a.cameras else None
     out = convert(a.sources if len(a.sources) > 1 else a.sources[0], a.output, kind=a.source_kind, to=a.to,
-                  cameras=cams, size=a.size, workers=a.workers, fps=a.fps, overwrite=a.overwrite,
+                  cameras=_items(a.cameras), size=a.size, workers=a.workers, fps=a.fps, overwrite=a.overwrite,
                   progress=not a.no_progress, frames=a.frames, quality=a.quality)
     if a.to: print(f"wrote {out}: a LeRobot v3.0 dataset (LeRobotDataset(repo_id, root='{out}') loads it)")
     else: print(out)
@@ -231,14 +194,6 @@ def nonneg(text: str) -> float:
     return v
 
 # %% ../nbs/08_cli.ipynb #3f32ea0d
-def _scheduler_env():
-    """torchrun's variables, or an srun step's mapped to them (cluster.rank_env); sets them in os.environ. None: a plain
-    process."""
-    from dptoolkit.cluster import rank_env
-    env = rank_env()
-    if env: os.environ.update(env)
-    return env
-
 def _fork_server():
     """Fork this command's forkserver (the ranks', the episode workers') from it now, imports done and nothing computed
     (`processes.start_forkserver`)."""
@@ -256,7 +211,8 @@ def cmd_train(a):
     from dptoolkit.train import train, train_worker   # after the config: a bad store or key is said in ~1 s, not ~5
     if a.resume: cfg.training.resume = True
     if a.out: cfg.logging.run_dir = str(Path(a.out).absolute())
-    if _scheduler_env():                    # torchrun or srun started this rank: run the loop here, no launcher
+    from dptoolkit.cluster import use_rank_env
+    if use_rank_env():                      # torchrun or srun started this rank: run the loop here, no launcher
         if not a.out and not cfg.logging.run_name:
             raise CLIError("under torchrun / srun every process must agree on the run folder: pass --out RUN_DIR")
         if a.nprocs or a.gpu_ids:
@@ -279,6 +235,16 @@ def cmd_train(a):
 
 
 # %% ../nbs/08_cli.ipynb #65575a29
+def _items(text) -> list | None:
+    "A comma list flag (`--keys state,action`) as a list; None when not given."
+    return [t for t in text.split(",") if t] if text else None
+
+def _save_figure(fig, path, json_out: bool = False):
+    "`-o PATH`: the figure written (folders made), said on stderr when stdout carries `--json`."
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}", file=sys.stderr if json_out else sys.stdout)
+
 def _interrupted(res: dict, cmd: str, again: str):
     """A run an interrupt (Ctrl-C, SIGINT) stopped with a checkpoint: the command that continues it on stderr, and exit
     130 as shells and torchrun do, so `dpt train ... && dpt export ...` does not go on with an unfinished run. A
@@ -288,16 +254,7 @@ def _interrupted(res: dict, cmd: str, again: str):
           f"continue with: {again}", file=sys.stderr, flush=True)
     raise SystemExit(130)
 
-def run_folders(paths) -> list:
-    "Run folders from paths: a run folder itself, or every run folder (one with logs.jsonl) found below a folder."
-    out = []
-    for p in map(Path, paths):
-        if (p / "logs.jsonl").exists(): found = [p]
-        else: found = sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
-        if not found:
-            raise CLIError(f"{p}: no logs.jsonl in it or below it (is this a run folder, or a folder of runs?)")
-        out += found
-    return out
+
 
 # %% ../nbs/08_cli.ipynb #a2c165db
 def _rl_report(a, runs) -> bool:
@@ -310,14 +267,11 @@ def _rl_report(a, runs) -> bool:
                        + ", ".join(str(r) for r, x in zip(runs, rl) if x) + " fine-tuned")
     s = rl_summary(runs)
     print(s.to_json(orient="records", indent=1) if a.json else s.to_string(index=False, float_format=plain))
-    if a.output:
-        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-        plot_rl(runs).savefig(a.output, dpi=110)
-        print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
+    if a.output: _save_figure(plot_rl(runs), a.output, a.json)
     return True
 
 def cmd_report(a):
-    from dptoolkit.report import summarize, plot_throughput, plot_speedup, plot_loss, pyplot
+    from dptoolkit.report import plot_loss, plot_speedup, plot_throughput, pyplot, run_folders, summarize
     runs = run_folders(a.runs)
     if _rl_report(a, runs): return
     s = summarize(runs, warmup=a.warmup if a.warmup == "auto" else int(a.warmup), combine=a.combine, target=a.target)
@@ -338,9 +292,7 @@ def cmd_report(a):
         plot_speedup(s, ax=axs[1])
         plot_loss(runs, ax=axs[2:])
         fig.tight_layout()
-        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(a.output, dpi=110)
-        print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
+        _save_figure(fig, a.output, a.json)
 
 def cmd_eval(a):
     from dptoolkit.evaluate import evaluate
@@ -348,11 +300,7 @@ def cmd_eval(a):
                   progress=not a.json and not a.no_progress, task_name=a.task_name)
     if a.json: print(json.dumps(ev.to_dict(), indent=1, allow_nan=False))
     else: print(ev.summary())
-    if a.output:
-        fig = ev.plot()
-        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(a.output, dpi=110)
-        print(f"wrote {a.output}", file=sys.stderr if a.json else sys.stdout)
+    if a.output: _save_figure(ev.plot(), a.output, a.json)
 
 # %% ../nbs/08_cli.ipynb #68b830b2
 def cmd_sim_data(a):
@@ -374,52 +322,26 @@ def _env_demos(a):
                        "the ALOHA simulator (--task)")
     if a.camera or a.noise: raise CLIError(f"--camera and --noise are the ALOHA simulator's; {a.env} records state")
     from dptoolkit.meta_world import MT10, metaworld_demos
-    tasks = list(MT10) if a.tasks == "MT10" else [t for t in (a.tasks or "pick-place-v3").split(",") if t]
+    tasks = list(MT10) if a.tasks == "MT10" else _items(a.tasks or "pick-place-v3")
     print(metaworld_demos(a.output, tasks, a.episodes, a.seed, keep="all" if a.keep_failed else "success",
                           overwrite=a.overwrite, progress=not a.no_progress))
 
-def _rollout_tasks(a) -> list | None:
-    """`--tasks`, else for `--every` without --task / --task-name every simulator task of the run's store
-    (a merge of several: one record a checkpoint, success per task); None: the one task."""
-    from dptoolkit.environments import TASKS
-    from dptoolkit.sim import recorded_tasks
-    if a.tasks:
-        names = [t for t in a.tasks.split(",") if t]
-        bad = [t for t in names if t not in TASKS]
-        if bad: raise CLIError(f"--tasks {a.tasks}: the simulator has no task {bad[0]!r} (it has {', '.join(TASKS)})")
-        return names
-    if a.every is None or a.task or a.task_name: return None
-    names = recorded_tasks(a.run)
-    return names if len(names) > 1 else None
 
 
 # %% ../nbs/08_cli.ipynb #762a4801
-def _env_kwargs(text) -> dict | None:
-    "`--env-kwargs k=v,k2=v2` as a dict (values read as YAML), or one `CLIError` naming the piece that is not k=v."
-    from dptoolkit.config import _yaml_value
-    if not text: return None
-    out = {}
-    for p in (p.strip() for p in text.split(",")):
-        if not p: continue
-        k, eq, v = p.partition("=")
-        if not eq or not k.strip():
-            raise CLIError(f"--env-kwargs {text!r}: {p!r} is not KEY=VALUE (e.g. damping=0.1,observation_width=96)")
-        out[k.strip()] = _yaml_value(v.strip())
-    return out
-
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
-    from dptoolkit.envs import rollout   # the one door: our ALOHA tasks and gymnasium environments
+    from dptoolkit.envs import env_kwargs, rollout, steps_note   # the one door: ALOHA's tasks and gymnasium's
     from dptoolkit.environments import is_env
-    from dptoolkit.sim import RolloutBroken, rollout_run, rollout_table, rollout_task
-    tasks = _rollout_tasks(a)                           # several simulator tasks (a merged store's), or None
+    from dptoolkit.sim import RolloutBroken, rollout_run, rollout_table, rollout_task, rollout_tasks
+    tasks = rollout_tasks(a.run, a.tasks, every=a.every is not None and not (a.task or a.task_name))   # or None
     if a.env and a.task: raise CLIError(f"--env {a.env} and --task {a.task}: give one environment")
     a.task = rollout_task(a.env or a.task, a.task_name, a.run)  # --env/--task, else --task-name's, else the run's
     env = is_env(a.task)
     if env and a.baselines: raise CLIError(f"--baselines: the scripted expert and hold-still are ALOHA's; {a.task} "
                                            "plays policies")
     a.seed = a.seed if a.seed is not None else 100000 if env else 1000
-    kw = _env_kwargs(a.env_kwargs)
+    kw = env_kwargs(a.env_kwargs)
     if kw and not env: raise CLIError("--env-kwargs are for a gymnasium environment (--env ID)")
     if a.steps and a.every is not None:
         raise CLIError("--steps is for one run's final policy; --every rolls out each checkpoint as it was "
@@ -429,7 +351,7 @@ def cmd_rollout(a):
                            max_steps=a.max_steps, tasks=tasks, roll=rollout)
         if a.json: print(recs.to_json(orient="records", indent=1))
         return
-    if a.steps: _steps_note(a.run, a.steps)
+    if a.steps and (note := steps_note(a.run, a.steps)): print(f"note: {note}", file=sys.stderr)
     try: res = [rollout(a.run, a.task, episodes=a.episodes, workers=a.workers, seed=a.seed, max_steps=a.max_steps,
                         video_dir=a.video, videos=a.videos, progress=not (a.json or a.no_progress),
                         task_name=a.task_name, inference_steps=a.steps, env_kwargs=kw, instruction=a.instruction)]
@@ -448,18 +370,6 @@ def cmd_rollout(a):
             if r.videos: print("videos: " + ", ".join(r.videos))
 
 # %% ../nbs/08_cli.ipynb #6bb1cf31
-def _steps_note(run, steps: int):
-    "One line on stderr when a flow run that predicts the velocity is sampled in fewer steps than it was trained for."
-    from omegaconf import OmegaConf
-    from dptoolkit.checkpoint import TrainError, run_config
-    from dptoolkit.objective import make_objective
-    try: p = run_config(run).policy
-    except (TrainError, OSError): return   # a checkpoint folder or a baseline: rollout says what it is
-    try: obj = make_objective(OmegaConf.select(p, "objective", default="ddpm"), prediction_type=p.prediction_type)
-    except ValueError: return
-    note = obj.fewer_steps_note(steps, OmegaConf.select(p, "num_inference_steps", default=None) or obj.default_steps)
-    if note: print(f"note: {run} {note}", file=sys.stderr)
-
 def cmd_slurm(a):
     from dptoolkit.cluster import write_slurm_script, submit
     script = write_slurm_script(a.output, a.train_args, nodes=a.nodes, gpus_per_node=a.gpus_per_node, cpu=a.cpu,
@@ -832,7 +742,8 @@ COMMANDS.update({
 # %% ../nbs/08_cli.ipynb #5d8343d0
 def cmd_finetune(a):
     from dptoolkit.rl import finetune, finetune_worker, prepare_finetune
-    if _scheduler_env():   # torchrun / srun started this rank: the worker here, every check first
+    from dptoolkit.cluster import use_rank_env
+    if use_rank_env():     # torchrun / srun started this rank: the worker here, every check first
         import torch.distributed as dist
         cfg = prepare_finetune(a.run, a.out, int(os.environ["WORLD_SIZE"]), a.overrides)
         try: res = finetune_worker(cfg)
@@ -961,15 +872,11 @@ def main(argv=None) -> int:
 _RANK_ENDED = []   # a rank torchrun / srun started has finished its work (cmd_train, cmd_finetune)
 
 def console(argv=None) -> int:
-    """The `dpt` command itself (settings.ini's console script, and `python -m dptoolkit.cli`): `main`, then
-    `gc.freeze()` as the process ends. An interpreter's end runs its last garbage collections over every object
-    torch and diffusers made as they were imported: 1.2 s of CPU at the end of every command here, 0.3 s with them
-    frozen (the objects are freed with the process all the same; Instagram's "Dismissing Python Garbage Collection").
-    Only where the process ends: in a kernel or a test, call `main`, which leaves the collector as it was.
-    A rank that torchrun or srun started, its work done, its process group destroyed and its output flushed, ends
-    without the interpreter's finalization (`os._exit`), as multiprocessing ends the launcher's own ranks: a gloo
-    thread torn down during finalization once aborted such a rank after its last step ("terminate called without an
-    active exception"), and Slurm marked the finished job failed."""
+    """The `dpt` command itself (the console script, `python -m dptoolkit.cli`): `main`, then `gc.freeze()` as the
+    process ends (the interpreter's last collections over torch's objects: 1.2 s of CPU, 0.3 s frozen; in a kernel or
+    a test call `main`). A rank torchrun or srun started ends, its work done and flushed, by `os._exit`, as
+    multiprocessing's ranks do: a gloo thread torn down in finalization once aborted one ("terminate called without
+    an active exception") and Slurm marked the finished job failed."""
     code = main(argv)
     if _RANK_ENDED:
         for f in (sys.stdout, sys.stderr): f.flush()

@@ -10,8 +10,8 @@ from pathlib import Path
 from . import __version__
 
 # %% auto #0
-__all__ = ['expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env', 'ClusterError', 'slurm_script', 'write_slurm_script',
-           'submit', 'array_script']
+__all__ = ['expand_counts', 'slurm_hostnames', 'slurm_port', 'rank_env', 'use_rank_env', 'ClusterError', 'slurm_script',
+           'write_slurm_script', 'submit', 'array_script']
 
 # %% ../nbs/11_cluster.ipynb #5b9e71b2
 import os
@@ -58,6 +58,15 @@ def rank_env(environ=None) -> dict | None:
     return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(ntasks), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
             "LOCAL_WORLD_SIZE": str(per_node[min(node, len(per_node) - 1)]), "MASTER_ADDR": addr,
             "MASTER_PORT": str(slurm_port(env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")))}
+
+# %% ../nbs/11_cluster.ipynb #d0bc520c
+def use_rank_env(environ=None) -> dict | None:
+    """`rank_env`'s variables set in `environ` (default `os.environ`) for torch.distributed to read: `dpt train` and
+    `dpt finetune` under torchrun or srun. None: a plain process, nothing set."""
+    environ = os.environ if environ is None else environ
+    env = rank_env(environ)
+    if env: environ.update(env)
+    return env
 
 # %% ../nbs/11_cluster.ipynb #31db675b
 class ClusterError(ValueError):

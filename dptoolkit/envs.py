@@ -16,7 +16,8 @@ from .sim import (
 from .sim import rollout as aloha_rollout
 
 # %% auto #0
-__all__ = ['GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'rollout', 'watch', 'replay_pusht']
+__all__ = ['GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'env_kwargs', 'steps_note', 'rollout',
+           'watch', 'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #c06c219e
 def _nearest(env_id: str, gym) -> str:
@@ -198,6 +199,33 @@ def play(run_or_policy, env: str | None = None, episodes: int = 50, workers=None
     df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True).assign(task=env)
     if said is not None: df = df.assign(instruction=said)
     return RolloutResult(name, df, [], time.perf_counter() - t0, n, steps)
+
+# %% ../nbs/13b_envs.ipynb #6c5f187a
+def env_kwargs(text) -> dict | None:
+    "`k=v,k2=v2` (`dpt rollout --env-kwargs`) as a dict, values read as YAML; one `EnvError` names a piece not k=v."
+    from dptoolkit.config import _yaml_value
+    if not text: return None
+    out = {}
+    for p in (p.strip() for p in text.split(",")):
+        if not p: continue
+        k, eq, v = p.partition("=")
+        if not eq or not k.strip():
+            raise EnvError(f"--env-kwargs {text!r}: {p!r} is not KEY=VALUE (e.g. damping=0.1,observation_width=96)")
+        out[k.strip()] = _yaml_value(v.strip())
+    return out
+
+# %% ../nbs/13b_envs.ipynb #4cb32c9a
+def steps_note(run, steps: int) -> str | None:
+    "What sampling a run in `steps` steps costs, where it was measured (a flow run predicting the velocity); else None."
+    from omegaconf import OmegaConf
+    from dptoolkit.checkpoint import TrainError, run_config
+    from dptoolkit.objective import make_objective
+    try: p = run_config(run).policy
+    except (TrainError, OSError, TypeError): return None   # a checkpoint folder or a baseline: rollout says what it is
+    try: obj = make_objective(OmegaConf.select(p, "objective", default="ddpm"), prediction_type=p.prediction_type)
+    except ValueError: return None
+    note = obj.fewer_steps_note(steps, OmegaConf.select(p, "num_inference_steps", default=None) or obj.default_steps)
+    return f"{run} {note}" if note else None
 
 # %% ../nbs/13b_envs.ipynb #ab94559d
 def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: int = 1000, max_steps=None,

@@ -15,7 +15,7 @@ from .store import StoreError, describe, open_store
 # %% auto #0
 __all__ = ['LanguageError', 'episode_instructions', 'set_instructions', 'distinct_instructions', 'held_out_instructions',
            'set_held_out', 'Encoder', 'load_encoder', 'tiny_encoder', 'embedded', 'embed', 'pack_tokens',
-           'instruction_table', 'linear_readout', 'instruction_reading']
+           'instruction_table', 'linear_readout', 'instruction_reading', 'instruction_lines']
 
 # %% ../nbs/03c_language.ipynb #8a4f3710
 class LanguageError(StoreError):
@@ -269,3 +269,16 @@ def instruction_reading(store, instructions, encoder=None, noise: float = 0.05, 
     P = read(_store_encoder(store, encoder).encode(instructions)[0])
     df = pd.DataFrame(P.numpy().round(3), index=pd.Index(instructions, name="instruction"), columns=names)
     return df.assign(reads_as=df[names].idxmax(axis=1))
+
+# %% ../nbs/03c_language.ipynb #357a8d4f
+def instruction_lines(info) -> list:
+    "A store's instructions in a few lines (`dpt inspect`): how many, the five most used, embedded or not, held out."
+    from collections import Counter
+    per, held = episode_instructions(info), held_out_instructions(info)
+    n = Counter(x for r in per for x in r)
+    lang = (info.attrs or {}).get("language")
+    out = [f"instructions: {len(n)} distinct over {sum(1 for r in per if r)} of {len(per)} episodes; "
+           + (f"embedded with {lang['encoder']} ({lang['dim']} values, sha256 {lang['sha256'][:12]})" if lang
+              else "not embedded (dpt embed STORE --encoder NAME_OR_FOLDER)")] if n else []
+    out += [f"  {k:4d} × {s}" for s, k in n.most_common(5)] + ([f"  … {len(n) - 5} more"] if len(n) > 5 else [])
+    return out + [f"held out for evaluation ({t}): " + "; ".join(ps) for t, ps in held.items()]

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from fastcore.basics import patch
 
-from .processes import _context, _drop_server_alive_fd, _release_sigterm   # the floor below (processes)
+from .processes import _context, _drop_server_alive_fd, _release_sigterm, is_ours   # the floor below (processes)
 from .stall import StallWatch                                               # (stall watch chapter)
 
 # %% auto #0
@@ -136,8 +136,7 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
         tb = traceback.format_exc()
         stop()
         # our one-line errors
-        known = type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")
-        _send(("error", rank, f"{type(e).__name__}: {e}", tb, known))
+        _send(("error", rank, f"{type(e).__name__}: {e}", tb, is_ours(e)))
         conn.close()
         _release_and_exit(1)
     stop()

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 # %% auto #0
 __all__ = ['DIFFUSERS_PRELOAD', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_count', 'worker_pool',
-           'die_with_parent', 'call_command', 'start_call', 'call_main']
+           'die_with_parent', 'is_ours', 'call_command', 'start_call', 'call_main']
 
 # %% ../nbs/06a_processes.ipynb #bb15b994
 _preloaded = set()
@@ -240,6 +240,13 @@ def _pool_worker(parent: int, env: dict, cwd: str, path: list, initializer, init
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if initializer is not None: initializer(*initargs)
 
+# %% ../nbs/06a_processes.ipynb #d5fa2e04
+def is_ours(e: BaseException) -> bool:
+    """One of dptoolkit's own errors (StoreError, ConfigError, LaunchError, … any `dptoolkit.*` class named `…Error`):
+    said as one line. Anything else is a bug or a surprise, and keeps its traceback. The one predicate for every way
+    out: `dpt` (cli), a rank's report (launch), a function run by path (`call_main`)."""
+    return type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")
+
 # %% ../nbs/06a_processes.ipynb #6770173a
 def call_command(fn: str, kwargs: dict | None = None) -> list:
     """The command line that runs `fn(**kwargs)` in a new Python process: `fn` is "dptoolkit.ROOM:FUNCTION" (a function
@@ -291,9 +298,8 @@ def call_main(argv=None) -> int:
         print("dpt: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        ours = type(e).__module__.startswith("dptoolkit.") and type(e).__name__.endswith("Error")
         if getattr(e, "rank_traceback", None): print(e.rank_traceback, file=sys.stderr)   # a rank's, in the log
-        elif not ours: traceback.print_exc()
+        elif not is_ours(e): traceback.print_exc()
         print(f"dpt: error: {getattr(e, 'headline', None) or e}", file=sys.stderr, flush=True)
         return 1
 

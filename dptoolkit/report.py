@@ -13,14 +13,26 @@ import yaml
 
 # %% auto #0
 __all__ = ['SEED_TABLE', 'CONTENDED_CPU_SHARE', 'CONTENDED_PRESSURE', 'CONTENDED_LOAD', 'NOISY_SPREAD', 'SUCCESS_COLUMNS',
-           'ReportError', 'plain', 'read_log', 'steady', 'contention', 'success_time', 'success_columns', 'summarize',
-           'pyplot', 'plot_throughput', 'plot_speedup', 'plot_loss', 'plot_success', 'watch']
+           'ReportError', 'run_folders', 'plain', 'read_log', 'steady', 'contention', 'success_time', 'success_columns',
+           'summarize', 'pyplot', 'plot_throughput', 'plot_speedup', 'plot_loss', 'plot_success', 'watch']
 
 # %% ../nbs/07_report.ipynb #863ba94d
 class ReportError(ValueError):
     "Logs are missing, empty, or runs cannot be compared; the message names the run."
 
 SEED_TABLE = {1: 1.0, 2: 1.8, 4: 3.5, 8: 6.5}   # the speed-ups the guides quote, drawn as reference points
+
+# %% ../nbs/07_report.ipynb #e0558ab6
+def run_folders(paths) -> list:
+    "Run folders from paths: a run folder itself, or every run folder (one with logs.jsonl) found below a folder."
+    out = []
+    for p in map(Path, paths):
+        if (p / "logs.jsonl").exists(): found = [p]
+        else: found = sorted(f.parent for f in p.rglob("logs.jsonl")) if p.is_dir() else []
+        if not found:
+            raise ReportError(f"{p}: no logs.jsonl in it or below it (is this a run folder, or a folder of runs?)")
+        out += found
+    return out
 
 # %% ../nbs/07_report.ipynb #a4ef6c85
 def plain(x) -> str:

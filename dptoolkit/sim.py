@@ -19,9 +19,10 @@ from .stats import wilson   # the Wilson interval of every success rate (stats c
 __all__ = ['EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'SCENE', 'LIFT_HOLD_FROM', 'WAYPOINTS', 'ARM_JOINTS',
            'DART_RHO', 'PHRASINGS', 'SIM_OBS', 'SimError', 'SimUnstable', 'AlohaSim', 'transfer_waypoints',
            'insertion_waypoints', 'lift_reward', 'lift_waypoints', 'expert_episode', 'Demos', 'make_demos',
-           'check_policy', 'rollout_task', 'recorded_env', 'recorded_task', 'recorded_tasks', 'task_index',
-           'env_state_width', 'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table', 'RolloutBroken',
-           'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
+           'check_policy', 'rollout_task', 'recorded_env', 'recorded_task', 'recorded_tasks', 'rollout_tasks',
+           'task_index', 'env_state_width', 'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table',
+           'RolloutBroken', 'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
+           'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
@@ -446,6 +447,18 @@ def _recorded_sim(run) -> dict | None:
     try: return (describe(run_config(run).task.dataset.zarr_path).attrs or {}).get("sim")
     except (TrainError, StoreError, OSError, TypeError, AttributeError): return None
 
+
+# %% ../nbs/13_sim.ipynb #aa52c85b
+def rollout_tasks(run, tasks: str | None = None, every: bool = False) -> list | None:
+    """The simulator tasks a run is scored on one by one: `tasks` (a comma list) when given; else, rolling out every
+    checkpoint (`every`), each task the run's store holds when it holds several; None: the one task."""
+    if tasks:
+        names = [t for t in tasks.split(",") if t]
+        bad = [t for t in names if t not in TASKS]
+        if bad: raise SimError(f"--tasks {tasks}: the simulator has no task {bad[0]!r} (it has {', '.join(TASKS)})")
+        return names
+    names = recorded_tasks(run) if every else []
+    return names if len(names) > 1 else None
 
 # %% ../nbs/13_sim.ipynb #0593d506
 def task_index(policy, task_name=None, name: str = "policy"):

@@ -17,10 +17,10 @@ from .lerobot import LeRobotError, is_lerobot, lerobot_bytes, lerobot_group   # 
 
 # %% auto #0
 __all__ = ['FRAME_CODEC', 'ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir',
-           'store_name', 'is_zip_store', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate', 'describe', 'episode_ends',
-           'episodes', 'chunk_file', 'chunk_exists', 'read_chunk_rows', 'verify', 'check_finite', 'frame_compressor',
-           'default_compressor', 'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store',
-           'sample_data']
+           'leftover_note', 'store_name', 'is_zip_store', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate',
+           'describe', 'episode_ends', 'episodes', 'chunk_file', 'chunk_exists', 'read_chunk_rows', 'verify',
+           'check_finite', 'frame_compressor', 'default_compressor', 'time_chunks', 'create_array', 'write_store',
+           'sample_episode', 'make_sample_store', 'sample_data']
 
 # %% ../nbs/00_store.ipynb #cdce336d
 class StoreError(ValueError):
@@ -83,6 +83,15 @@ def _remove_until_gone(path: Path, settle: float = 1.0):
         time.sleep(0.1)
         if not path.exists() and time.monotonic() >= deadline: return
         if time.monotonic() > deadline + 5: return
+
+# %% ../nbs/00_store.ipynb #476d8e98
+def leftover_note(path) -> str | None:
+    "A note when an interrupted merge or conversion into `path` left its hidden temp folder beside it (`dpt inspect`)."
+    tmp = temp_sibling(Path(path).absolute())
+    if not tmp.exists(): return None
+    mb = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) / 1e6
+    return (f"{tmp} ({mb:.1f} MB) was left by a merge or conversion into {Path(path).name} that did not finish; "
+            "running it again replaces it, or remove it (rm -r)")
 
 # %% ../nbs/00_store.ipynb #85f655ef
 _UNSAFE_CODECS = {"pickle", "json2", "msgpack2", "vlen-utf8", "vlen-bytes", "vlen-array"}
