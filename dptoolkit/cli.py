@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse, json, os, shlex, signal, sys, time
 from pathlib import Path
 
+from .commands import COMMANDS as _WORDS, build_parser as _build_parser   # what each command says
 from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+03)
 
 # %% auto #0
 __all__ = ['COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert', 'cmd_embed',
-           'cmd_config', 'count', 'count0', 'hw', 'nonneg', 'cmd_train', 'cmd_report', 'cmd_eval', 'cmd_sim_data',
-           'cmd_rollout', 'cmd_slurm', 'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study', 'cmd_finetune',
-           'build_parser', 'threading_main', 'main', 'console']
+           'cmd_config', 'cmd_train', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm',
+           'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study', 'cmd_finetune', 'build_parser', 'threading_main',
+           'main', 'console']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -24,10 +25,6 @@ def _is_known(e) -> bool:
     from dptoolkit.processes import is_ours
     return isinstance(e, CLIError) or is_ours(e)
 
-class _Parser(argparse.ArgumentParser):
-    "argparse that reports a usage error as one line, `dpt: error: ...`, exit 2."
-    def error(self, message):
-        self.exit(2, f"dpt: error: {message} (see `{self.prog} --help`)\n")
 
 # %% ../nbs/08_cli.ipynb #ae3e3536
 def cmd_sample_data(a):
@@ -165,34 +162,6 @@ def _print_decoding(cfg, src, pl):
     for line in decode_plan(src, keys, pl.per_device_batch * int(cfg.n_obs_steps), size=frame_size_of(cfg)):
         print(f"# decoding: {line}")
 
-# %% ../nbs/08_cli.ipynb #4055f33d
-def _at_least(text: str, low: int) -> int:
-    try: v = int(text)
-    except ValueError: raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < low: raise argparse.ArgumentTypeError(f"{v} is not a count ≥ {low}")
-    return v
-
-def count(text: str) -> int:
-    "argparse type: an integer ≥ 1 (argparse names the flag as typed: `argument --nprocs: 0 is not a count ≥ 1`)."
-    return _at_least(text, 1)
-
-def count0(text: str) -> int:
-    "argparse type: an integer ≥ 0."
-    return _at_least(text, 0)
-
-def hw(text: str) -> tuple:
-    "argparse type: a frame size `H,W` (two counts ≥ 1)."
-    parts = text.split(",")
-    if len(parts) != 2: raise argparse.ArgumentTypeError(f"{text!r} is not H,W (e.g. 96,128)")
-    return tuple(_at_least(p.strip(), 1) for p in parts)
-
-def nonneg(text: str) -> float:
-    "argparse type: a number ≥ 0 (a noise scale, seconds)."
-    try: v = float(text)
-    except ValueError: raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0: raise argparse.ArgumentTypeError(f"{v} is not a number ≥ 0")
-    return v
-
 # %% ../nbs/08_cli.ipynb #3f32ea0d
 def _fork_server():
     """Fork this command's forkserver (the ranks', the episode workers') from it now, imports done and nothing computed
@@ -201,7 +170,6 @@ def _fork_server():
     start_forkserver(fork=True)
 
 def cmd_train(a):
-    from omegaconf import OmegaConf
     from dptoolkit.config import for_store, load_config
     ov = list(a.overrides)
     if a.data: cfg = for_store(a.data, ov, name=a.config)
@@ -407,260 +375,6 @@ def cmd_demo(a):
     demo(a.out, nprocs=a.nprocs, steps=a.steps, config=a.config, overwrite=a.overwrite, progress=not a.no_progress)
     print(f"\ndemo finished in {time.time() - t0:.0f} s")
 
-# %% ../nbs/08_cli.ipynb #b9ee8588
-def _a(*flags, **kw): return flags, kw
-_NO_PROGRESS = _a("--no-progress", action="store_true", help="no progress bars (for logs and CI)")
-_JSON = lambda what: _a("--json", action="store_true", help=f"print {what} as JSON")
-
-# %% ../nbs/08_cli.ipynb #9d9c4deb
-# every subcommand: what it does (help), a paragraph (description), examples, and every argument with its help text
-COMMANDS = {
-    "demo": dict(fn=cmd_demo, help="the whole pipeline on the bundled data/: merge → config → train → report",
-        description="Merge the bundled per-task stores, pick the config that matches their dimension, train it on 1 "
-                    "and on N processes (2 repeats each), and print the speed-up table with its spread and a figure.",
-        examples=["dpt demo", "dpt demo --nprocs 4 --steps 2000 --out demo4"],
-        args=[_a("--out", default="dpt-demo", help="output folder (default ./dpt-demo)"),
-              _a("--nprocs", type=count, help="processes for the parallel run (default: 2 on CPU, all GPUs)"),
-              _a("--steps", type=count, default=500, help="steps of the parallel run (1-process timing run: a fifth)"),
-              _a("--config", default="test",
-                 help="packaged config or YAML path (default test: a small U-Net for CPUs)"),
-              _a("--overwrite", action="store_true", help="replace an existing output folder"), _NO_PROGRESS]),
-    "sample-data": dict(fn=cmd_sample_data, help="write small, realistic sample task stores",
-        description="Write TASKS replay-buffer stores (smooth joint trajectories, the RoboTwin layout) to try every "
-                    "command without data of your own.",
-        examples=["dpt sample-data tasks/ --tasks 3 --episodes 6", "dpt sample-data cams/ --image --dim 16"],
-        args=[_a("dest", help="folder the stores are written into"),
-              _a("--tasks", type=count, default=3, help="stores to write, one per task (default 3)"),
-              _a("--episodes", type=count, default=6, help="episodes per store (default 6)"),
-              _a("--dim", type=count, default=14, help="state and action dimension: 10, 14 or 16 (default 14)"),
-              _a("--image", action="store_true", help="also a uint8 head_camera array (3×24×32)"),
-              _a("--seed", type=int, default=0, help="random seed (default 0)"),
-              _a("--overwrite", action="store_true", help="replace stores that exist")]),
-    "inspect": dict(fn=cmd_inspect, help="summarise a store",
-        description="Print a store's arrays, episodes, tasks and chunking; --verify decodes every chunk.",
-        examples=["dpt inspect data/beat_block_hammer.zarr", "dpt inspect merged.zarr --verify"],
-        args=[_a("path", help="the replay-buffer zarr store"), _JSON("the summary"),
-              _a("--verify", action="store_true", help="decode every chunk and name each damaged one (exit 1)")]),
-    "merge": dict(fn=cmd_merge, help="merge stores (streaming, validated, atomic)",
-        description="Merge per-task stores into one: validated first, streamed chunk by chunk, written to a temporary "
-                    "folder and renamed when complete; each episode keeps its task name (meta/episode_task).",
-        examples=["dpt merge data/*.zarr -o six_tasks.zarr",
-                  "dpt merge a.zarr b.zarr -o ab.zarr --keys state,action --task-names a,b",
-                  "dpt merge transfer_cube.zarr insertion.zarr -o two.zarr --pad env_state"],
-        args=[_a("sources", nargs="+", help="stores to merge, in order"),
-              _a("-o", "--output", required=True, help="the merged store to write"),
-              _a("--overwrite", action="store_true", help="replace an existing output store"),
-              _a("--keys", help="comma-separated data keys to keep, e.g. state,action (default: all; they must agree)"),
-              _a("--task-names", help="comma-separated task name per source (default: the store names)"),
-              _a("--pad", help="comma-separated vector keys zero-padded to the widest source's (e.g. env_state)"),
-              _NO_PROGRESS]),
-}
-
-# %% ../nbs/08_cli.ipynb #0d3ea1e6
-COMMANDS.update({
-    "convert": dict(fn=cmd_convert, help="RoboTwin raw episodes or a LeRobot dataset → a store; a store → LeRobot",
-        description="RoboTwin's raw episodes (data/<task>/<config>/data/episode<i>.hdf5, one or many task folders) "
-                    "or a LeRobot v3.0 dataset into one store (decoded in worker processes chunk by chunk, atomic); "
-                    "a store into a LeRobot v3.0 dataset (--to lerobot).",
-        examples=["dpt convert RoboTwin/data/beat_block_hammer RoboTwin/data/handover_block -o two_tasks.zarr",
-                  "dpt convert lerobot_aloha/ -o aloha.zarr --size 96,128",
-                  "dpt convert lerobot_aloha/ -o aloha.zarr --frames jpegxl --quality 90",
-                  "dpt convert demos.zarr -o demos_lerobot --to lerobot"],
-        args=[_a("sources", nargs="+", help="RoboTwin data/task folders, a LeRobot dataset folder, or a store"),
-              _a("-o", "--output", required=True, help="the store (or with --to lerobot, the dataset folder) to write"),
-              _a("--from", dest="source_kind", choices=["robotwin", "lerobot"],
-                 help="the source's kind (default: detected)"),
-              _a("--to", choices=["lerobot"], help="write a LeRobot v3.0 dataset from a store"),
-              _a("--cameras", help="comma-separated cameras to keep (default: all)"),
-              _a("--size", type=hw, help="resize frames to H,W (default: as recorded)"),
-              _a("--workers", type=count, help="decoding processes (default: one per core)"),
-              _a("--fps", type=float, help="with --to lerobot: the control rate (default: the store's, else 50)"),
-              _a("--frames", default="decoded", choices=["decoded", "jpegxl", "avif", "jpeg", "webp", "jpeg2k"],
-                 help="keep each camera frame compressed as one image chunk (codecs chapter; default: decoded)"),
-              _a("--quality", type=int, help="the --frames codec's quality, 0-100 (default: FRAME_CODECS')"),
-              _a("--overwrite", action="store_true", help="replace an existing output"), _NO_PROGRESS]),
-})
-
-# %% ../nbs/08_cli.ipynb #be196e0d
-COMMANDS.update({
-    "embed": dict(fn=cmd_embed, help="encode a store's instructions once with a pretrained text encoder",
-        description="Encode each distinct instruction of STORE (attrs['instructions']: dpt convert from a LeRobot "
-                    "dataset, dpt merge, or language.set_instructions) once with a text encoder loaded by transformers "
-                    "from a folder or a name in the local Hugging Face cache, and store the pooled and token "
-                    "embeddings in meta/ with the encoder's name and weights' sha256 (language chapter). Again with "
-                    "the same encoder and instructions: nothing to do. Then, for a store of two or more tasks with "
-                    "held-out phrasings, how a linear readout of the embeddings reads each (instruction_reading): one "
-                    "it gives to another task is one a policy will likely act on as that task.",
-        examples=["dpt embed demos.zarr --encoder ./all-MiniLM-L6-v2",
-                  "dpt embed demos.zarr --encoder sentence-transformers/all-MiniLM-L6-v2"],
-        args=[_a("store", help="the replay-buffer zarr store"),
-              _a("--encoder", required=True, help="a text encoder folder (config.json, tokenizer, weights) or a name "
-                 "in the local Hugging Face cache")]),
-})
-
-# %% ../nbs/08_cli.ipynb #5932e023
-COMMANDS.update({
-    "cache": dict(fn=cmd_cache,
-                  help="the decoded cache (storage mmap): build it for a store ahead of a run, --list, --clear",
-        description="Runs with storage mmap read a decoded copy of the store, built once per machine. Build it ahead "
-                    "of a run, list the entries, or clear them.",
-        examples=["dpt cache six_tasks.zarr", "dpt cache --list", "dpt cache --clear --stale"],
-        args=[_a("store", nargs="?", help="store to build the cache for (with --clear: only its entries)"),
-              _a("--keys", help="comma-separated data keys (default: those a run reads)"),
-              _a("--cache-dir", help="cache folder (default $DPT_CACHE_DIR or ~/.cache/dptoolkit)"),
-              _a("--list", action="store_true", help="list the cache's entries and their sizes"),
-              _a("--clear", action="store_true", help="remove entries (all, or STORE's)"),
-              _a("--stale", action="store_true", help="with --clear: only entries whose store changed or is gone"),
-              _JSON("the entries"), _NO_PROGRESS]),
-    "config": dict(fn=cmd_config, help="print the selected, filled config and its plan",
-        description="Select the packaged config for a store (or an action dimension), fill it from the store, apply "
-                    "overrides and print it with the per-device batch and learning rate for --nprocs processes.",
-        examples=["dpt config six_tasks.zarr --nprocs 4", "dpt config 16",
-                  "dpt config pusht_cchi_v7_replay.zarr --name pusht_image",
-                  "dpt config d.zarr optimizer.lr=3e-4 --name robot_dp_14"],
-        args=[_a("path_or_dim", help="a store, or an action dimension (10, 14, 16)"),
-              _a("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. dataloader.batch_size=64"),
-              _a("--name", help="packaged config name or YAML path instead of selection by dimension"),
-              _a("--nprocs", type=count, help="processes to plan for (default 1)")]),
-    "train": dict(fn=cmd_train, help="train on N processes (or under torchrun / srun)",
-        description="Train a Diffusion Policy on a store: the config is selected by the data's dimension unless "
-                    "--config names one; N processes with DDP (GPUs when present, else CPU with gloo); logs, "
-                    "checkpoints and config.yaml in the run folder. Under torchrun or srun each process is one rank.",
-        examples=["dpt train --data six_tasks.zarr --nprocs 2 --out runs/a",
-                  "dpt train --data d.zarr --gpu-ids 0,2 optimizer.lr=3e-4",
-                  "dpt train --data d.zarr --out runs/a --resume training.max_steps=20000"],
-        group=["--nprocs", "--gpu-ids"],
-        args=[_a("--config", help="packaged config name or YAML path (default: selected by the data's dimension)"),
-              _a("--data", help="replay-buffer zarr store to train on"),
-              _a("--nprocs", type=count, help="processes (default: every visible GPU, else 1 CPU process)"),
-              _a("--gpu-ids", help="GPUs to use, e.g. 0,2 (one process each)"),
-              _a("--backend", choices=["gloo", "nccl"],
-                 help="process-group backend (default: nccl on GPUs, gloo on CPU)"),
-              _a("--out", help="run folder (default logging.out_dir/<run name or time>)"),
-              _a("--resume", action="store_true",
-                 help="continue from the run folder's latest checkpoint (training.resume=auto: only if it has one)"),
-              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE",
-                               help="config overrides, e.g. training.max_steps=2000")]),
-})
-
-# %% ../nbs/08_cli.ipynb #fa1e851a
-COMMANDS.update({
-    "report": dict(fn=cmd_report, help="throughput / speed-up table and figures from run folders",
-        description="Read run folders (or folders of runs) and print samples/s, speed-up and efficiency with their "
-                    "quartile spread, flagging windows a busy machine disturbed; -o writes the figures.",
-        examples=["dpt report dpt-demo", "dpt report runs/1gpu runs/4gpu -o speedup.png",
-                  "dpt report sweep/ --combine --json"],
-        args=[_a("runs", nargs="+", help="run folders, or folders with runs below them"),
-              _a("-o", "--output", help="figure file (PNG)"), _JSON("the table (every column)"),
-              _a("--warmup", default="auto",
-                 help="optimizer steps left out of the timing, or auto: the first log window "
-                                                  "and any slow start after it (default)"),
-              _a("--combine", action="store_true",
-                 help="pool repeated runs of one world size into one row (sweep(..., repeats=))"),
-              _a("--target", type=float,
-                 help="validation loss for time_to_val_loss (default: the best every run reached)")]),
-    "eval": dict(fn=cmd_eval,
-                 help="offline evaluation of a run: policy vs 'hold' and 'mean' baselines on held-out episodes",
-        description="Sample the run's policy (EMA weights) on held-out windows and compare its action error with two "
-                    "baselines that need no model.",
-        examples=["dpt eval runs/a", "dpt eval runs/a --sampler ddim --steps 10 -o traj.png"],
-        args=[_a("run", help="run folder"), _a("--data", help="store to evaluate on (default: the run's own)"),
-              _a("--split", choices=["val", "train", "all"], help="episodes to score (default: the run's val split)"),
-              _a("--windows", type=count, default=256, help="at most this many windows (default 256)"),
-              _a("--sampler", choices=["ddim", "ddpm"],
-                 help="default: the run's own (its config's policy.sampler and steps)"),
-              _a("--steps", type=count, help="denoising steps (default: the config's; 10 for --sampler ddim)"),
-              _a("--seed", type=int, default=0, help="random seed of the sampler (default 0)"), _JSON("the scores"),
-              _a("--task-name", help="only this task's windows (a merged store's task name)"),
-              _a("-o", "--output", help="trajectory figure file (PNG)"), _NO_PROGRESS]),
-    "sim-data": dict(fn=cmd_sim_data,
-                     help="scripted demonstrations in the ALOHA simulator, written as a store (pip install "
-                          "'dptoolkit[sim]')",
-        description="Run the scripted expert on N seeded cube poses in worker processes and write the successful "
-                    "episodes as a replay-buffer store (state, action, env_state, optionally head_camera).",
-        examples=["dpt sim-data --task transfer_cube --episodes 50 -o demos.zarr --workers 2",
-                  "dpt sim-data --episodes 60 --camera --size 72x96 --noise 0.02 -o cam.zarr",
-                  "dpt sim-data --task insertion --episodes 50 -o insertion.zarr",
-                  "dpt sim-data --task lift_cube --episodes 32 --noise 0.02 -o lift.zarr",
-                  "dpt sim-data --env Meta-World/MT1 --tasks pick-place-v3,drawer-open-v3 --episodes 10 -o mw.zarr"],
-        args=[_a("--task", default="transfer_cube", choices=["transfer_cube", "insertion", "lift_cube"],
-                 help="transfer_cube (default), insertion, or lift_cube (transfer-cube's scene, the right arm lifts "
-                 "the cube and holds it)"),
-              _a("--env", help="a gymnasium environment whose tasks ship scripted policies instead: Meta-World/MT1"),
-              _a("--tasks", help="with --env: its tasks, comma-separated (default pick-place-v3; MT10: all ten)"),
-              _a("--episodes", type=count, default=50, help="seeds to run (default 50)"),
-              _a("-o", "--output", required=True, help="the store to write"),
-              _a("--camera", action="store_true", help="also record the top camera as head_camera (uint8 3×H×W)"),
-              _a("--size", default="96x128", help="camera size HxW (default 96x128)"),
-              _a("--workers", type=count, help="worker processes (default: one per core)"),
-              _a("--seed", type=int, default=0, help="first seed (default 0)"),
-              _a("--keep-failed", action="store_true", help="store the expert's failed episodes too"),
-              _a("--noise", type=nonneg, default=0.0, help="DART: the replay executes each arm joint's target plus "
-                 "smooth noise of this size in radians, the recorded action stays clean (default 0; 0.02 for the "
-                 "camera recipe)"),
-              _a("--overwrite", action="store_true", help="replace an existing store"), _NO_PROGRESS]),
-})
-
-# %% ../nbs/08_cli.ipynb #b3ecab85
-COMMANDS.update({
-    "rollout": dict(fn=cmd_rollout,
-                    help="closed-loop episodes of a run's policy in the simulator: success rate with its 95%% interval",
-        description="Run RUN's policy (its EMA weights) for N seeded episodes in worker processes; print the success "
-                    "rate with its Wilson interval, returns and the seeds (the same seeds for every policy).",
-        examples=["dpt rollout runs/sim --episodes 50 --workers 2 --baselines --video videos/",
-                  "dpt rollout expert --episodes 20", "dpt rollout runs/flow --episodes 50 --steps 1",
-                  "dpt rollout runs/sim --every 500 --episodes 20 --seed 100000",
-                  "dpt rollout runs/two-tasks --every 0 --tasks transfer_cube,insertion --episodes 20",
-                  "dpt rollout runs/pusht --episodes 50",
-                  "dpt rollout runs/pusht --env gym_pusht/PushT-v0 --env-kwargs damping=0.1 --episodes 50"],
-        args=[_a("run", help="run folder, or expert / hold for a baseline alone"),
-              _a("--task", choices=["transfer_cube", "insertion", "lift_cube"],
-                 help="the simulator task (default: the one the run's store was recorded in, else transfer_cube)"),
-              _a("--env", help="a gymnasium environment id to play in (envs chapter), e.g. gym_pusht/PushT-v0 "
-                 "(default: the one the run records, eval.env)"),
-              _a("--env-kwargs", help="keyword arguments for gym.make, k=v,k2=v2 (values read as YAML)"),
-              _a("--episodes", type=count, default=10, help="episodes (default 10)"),
-              _a("--workers", type=count, help="worker processes (default: one per core)"),
-              _a("--seed", type=int, help="first seed (default 1000; 100000 in a gymnasium environment: "
-                 "diffusion_policy's PushT test seeds)"),
-              _a("--task-name", help="the task a task-conditioned policy does (one of its policy.task_names)"),
-              _a("--instruction", help="for a policy.language run: encoded once by its encoder (default: the store's)"),
-              _a("--steps", type=count, help="sampling steps per action chunk (default: the policy's own "
-                 "policy.num_inference_steps; a flow policy trained on the clean chunk, policy.prediction_type="
-                 "sample (flow's default), may sample in 1; one trained on the velocity (epsilon) loses success "
-                 "below its own)"),
-              _a("--max-steps", type=count, default=None,
-                 help="steps per episode (default: the environment's, 400 for ALOHA, 300 for PushT)"),
-              _a("--baselines", action="store_true", help="also the scripted expert and hold-still on the same seeds"),
-              _a("--video", help="folder for mp4 videos of the first --videos episodes"),
-              _a("--videos", type=count0, default=2, help="episodes to film with --video (default 2)"),
-              _a("--every", type=count0, help="roll out each saved checkpoint at a multiple of EVERY steps (0: all)"),
-              _a("--tasks", help="with --every: roll each checkpoint out in each of these simulator tasks, comma-"
-                 "separated (default: every task of a merged simulator store); one record, success per task"),
-              _JSON("the results"), _NO_PROGRESS]),
-    "slurm": dict(fn=cmd_slurm,
-                  help="write (and --submit) an sbatch script: N nodes × G GPUs, torchrun, preemption + requeue",
-        description="Write an sbatch script that runs `dpt train TRAIN_ARGS` on N nodes × G GPUs with torchrun; "
-                    "Slurm's warning signal checkpoints the run, --requeue puts it back in the queue to resume.",
-        examples=["dpt slurm --nodes 2 --gpus-per-node 8 --time 24:00:00 --requeue -- --data six.zarr --out runs/big",
-                  "dpt slurm --nodes 2 --cpu --submit -- --config test --data d.zarr --out runs/try"],
-        args=[_a("--nodes", type=count, default=1, help="nodes (default 1)"),
-              _a("--gpus-per-node", type=count, default=1, help="GPUs, and ranks, per node (default 1)"),
-              _a("--cpu", action="store_true", help="no GPUs: each node's ranks are CPU processes with gloo"),
-              _a("--partition", help="Slurm partition (default: the cluster's default)"),
-              _a("--time", help="time limit, e.g. 24:00:00"), _a("--account", help="Slurm account to charge"),
-              _a("--requeue", action="store_true", help="requeue the job after a preemption signal and resume"),
-              _a("--grace", type=count, default=120, help="seconds between Slurm's USR1 and the end (default 120)"),
-              _a("--job-name", default="dpt-train", help="job name (default dpt-train)"),
-              _a("--cpus-per-task", type=count,
-                 help="CPUs per node's task (default: Slurm's; with --cpu one per rank)"),
-              _a("-o", "--output", default="dpt-train.sbatch", help="script file (default ./dpt-train.sbatch)"),
-              _a("--submit", action="store_true", help="run sbatch and print the job id"),
-              _a("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS",
-                 help="arguments of dpt train, after --")]),
-})
-
-
 # %% ../nbs/08_cli.ipynb #40c03c7d
 def cmd_study(a):
     "`dpt study`: a new study, `DIR --status` or `DIR --resume`."
@@ -705,40 +419,6 @@ def _print_study(out):
         try: print(compare(out, *recipes))
         except StudyError as e: print(f"compare: {e}")
 
-# %% ../nbs/08_cli.ipynb #5c41c4c0
-COMMANDS.update({
-    "study": dict(fn=cmd_study, help="train a grid of recipes × training seeds, compare recipes on the same seeds",
-        description="Train the cross product of --grid values × --seeds as runs in one study folder (on free GPUs or "
-                    "disjoint core groups, or as one Slurm job array with --slurm), roll every run out on the same "
-                    "seeds (offline evaluation on a store that is not a simulator's), and print one row per recipe "
-                    "(success pooled over seeds with its interval) and, for two recipes, the paired comparison.",
-        examples=["dpt study --config test --data demos.zarr --grid policy.objective=ddpm,flow --seeds 0,1,2 "
-                  "--out studies/obj --episodes 50 training.max_steps=1500",
-                  "dpt study studies/obj --status", "dpt study studies/obj --resume",
-                  "dpt study --data d.zarr --grid optimizer.lr=1e-4,3e-4 --seeds 0,1 --out s --slurm --parallel 4"],
-        args=[_a("dir", nargs="?", help="an existing study folder (with --status or --resume)"),
-              _a("--config", help="packaged config name or YAML path (default: selected by the data's dimension)"),
-              _a("--data", help="replay-buffer zarr store to train on"),
-              _a("--grid", action="append", metavar="KEY=V1,V2",
-                 help="a config key and the values to try (repeat for a cross product)"),
-              _a("--seeds", default="0,1,2", help="training seeds (default 0,1,2)"),
-              _a("--out", help="the new study's folder"),
-              _a("--episodes", type=count, help="rollout episodes per run (default 20)"),
-              _a("--rollout-seed", type=int, help="first rollout seed (default 100000)"),
-              _a("--every", type=count, help="steps between rollouts while training (default: the final one only)"),
-              _a("--windows", type=count, help="held-out windows per run on a store without a simulator (128)"),
-              _a("--nprocs", type=count, default=1, help="ranks per run on a CPU machine (default 1)"),
-              _a("--gpus-per-run", type=count, default=1, help="GPUs per run (default 1)"),
-              _a("--parallel", type=count, help="at most this many runs at once"),
-              _a("--status", action="store_true", help="what finished, failed or still runs"),
-              _a("--resume", action="store_true", help="run only what is missing, failed or stopped"),
-              _a("--slurm", action="store_true", help="write DIR/study.sbatch: one job array, a task per run"),
-              _a("--cpu", action="store_true", help="with --slurm: CPU tasks (no GPUs requested)"),
-              _a("--partition", help="with --slurm: the partition"), _a("--time", help="with --slurm: time limit"),
-              _a("--submit", action="store_true", help="with --slurm: sbatch it"),
-              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for every run")]),
-})
-
 # %% ../nbs/08_cli.ipynb #5d8343d0
 def cmd_finetune(a):
     from dptoolkit.rl import finetune, finetune_worker, prepare_finetune
@@ -762,73 +442,16 @@ def cmd_finetune(a):
     print(json.dumps(res.metrics))
     _interrupted(res.metrics, "finetune", f"dpt finetune {a.run} --out {a.out} --resume")
 
-COMMANDS.update({
-    "finetune": dict(fn=cmd_finetune, help="RL post-training: a run's policy improved on its own rollouts (RIPT)",
-        description="Play RUN's policy in the simulator on N ranks (each rank its own initial states, rl.group "
-                    "rollouts each), reward success, and update it by leave-one-out PPO; writes a run folder that dpt "
-                    "rollout / eval / report read. rl.noise=latent: the policy frozen, a head steers where each "
-                    "chunk's sampler starts (DSRL). rl.method=iterate instead: expert iteration (each round the "
-                    "policy plays rl.episodes, its successes join the demonstrations, BC trains again on every rank). "
-                    "Again on the same --out: continues from its last checkpoint. "
-                    "Under torchrun: torchrun --nproc-per-node 2 -m dptoolkit.cli finetune RUN --out DIR.",
-        examples=["dpt finetune runs/bc rl.iterations=20 rl.states=4 --out runs/bc-rl --nprocs 2",
-                  "dpt finetune runs/bc rl.method=iterate rl.iterations=2 rl.episodes=640 --out runs/bc-it",
-                  "dpt finetune runs/bc rl.noise=learned rl.lr=3e-5 --out runs/bc-rl",
-                  "dpt finetune runs/bc rl.noise=latent rl.iterations=30 --out runs/bc-steer",
-                  "dpt finetune runs/bc rl.weigh=episode training.device=cuda --out runs/bc-rl --nprocs 1"],
-        args=[_a("run", help="the run folder to start from (its latest checkpoint's EMA policy)"),
-              _a("--out", required=True, help="the fine-tuned run's folder"),
-              _a("--nprocs", type=count, default=2, help="ranks (default 2; each plays its own initial states)"),
-              _a("--resume", action="store_true", help="continue the fine-tune in --out from its last checkpoint (the "
-                 "same command without it continues too; with it, a folder with nothing to continue is refused)"),
-              _NO_PROGRESS, _a("overrides", nargs="*", metavar="KEY=VALUE", help="rl.* settings, e.g. rl.group=8; "
-                       "training.device=auto|cpu|cuda (default auto: a GPU if one is visible)")]),
-})
 
-# %% ../nbs/08_cli.ipynb #87b4f36e
-COMMANDS.update({
-    "export": dict(fn=cmd_export, help="write a run's model as a diffusion_policy / RoboTwin checkpoint",
-        description="Write the run's model, EMA model, optimizer, normalizers and config as the .ckpt RoboTwin's and "
-                    "diffusion_policy's own code loads without changes: their deploy (DP.get_policy) and their "
-                    "train.py resume (put it at <their run dir>/checkpoints/latest.ckpt). Plain pickles of tensors "
-                    "and dicts.",
-        examples=["dpt export runs/a -o model.ckpt --task-name beat_block_hammer"],
-        args=[_a("run", help="run folder"), _a("-o", "--output", required=True,
-                                               help="checkpoint file, e.g. model.ckpt"),
-              _a("--task-name", help="task name written into the checkpoint's config"),
-              _a("--output-dir", help="the output folder their train.py resumes into (pickles._output_dir; default "
-                                      "None, as in their own files: their run keeps its Hydra folder)")]),
-    "import": dict(fn=cmd_import,
-                   help="turn a diffusion_policy / RoboTwin checkpoint into a run folder (pickle: needs --trust)",
-        description="Read a diffusion_policy / RoboTwin .ckpt (an allow-list unpickler; only with --trust) and write a "
-                    "run folder that `dpt train --resume`, eval and rollout take.",
-        examples=["dpt import 600.ckpt -o runs/imported --trust --data six_tasks.zarr"],
-        args=[_a("checkpoint", help="the .ckpt file"), _a("-o", "--output", required=True, help="new run folder"),
-              _a("--trust", action="store_true",
-                 help="allow unpickling the file (it can run code): only for files you trust"),
-              _a("--data", help="store to train on; checked against the checkpoint's shapes")]),
-})
+# %% ../nbs/08_cli.ipynb #9d9c4deb
+# every command: its words (commands chapter) and its handler here, cmd_<name>
+COMMANDS = {name: dict(words, fn=globals()["cmd_" + name.replace("-", "_")]) for name, words in _WORDS.items()}
 
+def build_parser() -> argparse.ArgumentParser:
+    "`dpt`'s parser (commands chapter), each command's `fn` its handler."
+    return _build_parser({name: c["fn"] for name, c in COMMANDS.items()})
 
 # %% ../nbs/08_cli.ipynb #eaf951bb
-def build_parser() -> argparse.ArgumentParser:
-    "`dpt`'s parser, built from `COMMANDS` (each subcommand: help, description, examples, arguments with help)."
-    p = _Parser(prog="dpt",
-                description="dptoolkit: merge zarr stores, pick configs, train Diffusion Policy on N processes, "
-                "report speed-ups, evaluate in a simulator.",
-                epilog="`dpt COMMAND --help` shows a command's options and examples.")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
-    for name, c in COMMANDS.items():
-        sp = sub.add_parser(name, help=c["help"], description=c["description"],
-                            formatter_class=argparse.RawDescriptionHelpFormatter,
-                            epilog="examples:\n" + "\n".join(f"  {e}" for e in c["examples"]))
-        group = sp.add_mutually_exclusive_group() if c.get("group") else None
-        for flags, kw in c["args"]:
-            (group if group is not None and flags[0] in c["group"] else sp).add_argument(*flags, **kw)
-        sp.set_defaults(fn=c["fn"])
-    return p
-
 def threading_main():
     import threading
     return threading.current_thread() is threading.main_thread()
