@@ -13,7 +13,7 @@ from .views import KeyView
 
 # %% auto #0
 __all__ = ['TASKS', 'PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'METAWORLD_ID', 'EnvError', 'is_env', 'pusht_keypoints',
-           'pusht_initial_state', 'EnvSpec', 'env_spec']
+           'pusht_initial_state', 'EnvSpec', 'env_spec', 'Plays', 'plays']
 
 # %% ../nbs/13_environments.ipynb #585a3986
 class EnvError(RuntimeError):
@@ -119,3 +119,32 @@ ENVS[METAWORLD_ID] = EnvSpec(
     None, None,
     "Meta-World's one-task benchmark: env_name picks the task (the run's task name); success = info['success'], "
     "score = max reward / 10", 10.0, {"MUJOCO_GL": "egl"}, success_info="success", task_kwarg="env_name")
+
+# %% ../nbs/13_environments.ipynb #9aa02bc9
+@dataclass(frozen=True)
+class Plays:
+    """Where a run plays: `env` (a gymnasium id or an ALOHA task; None: not recorded), its gym.make `kwargs`, and the
+    `tasks` it is scored on one by one (a merged ALOHA store's tasks, or an environment's: Meta-World's env_names)."""
+    env: str | None
+    kwargs: dict = field(default_factory=dict)
+    tasks: tuple = ()
+
+    @property
+    def gym(self) -> bool:
+        "It plays in a gymnasium environment (not in our ALOHA simulator)."
+        return is_env(self.env)
+
+def plays(cfg=None, attrs=None) -> Plays:
+    """Which environment a run plays: `cfg`'s `eval.env` and `eval.env_kwargs` when set, else the ALOHA task(s) its
+    store's `attrs` record (`sim.task`, a merge's `sim.tasks`), else `Plays(None)`."""
+    from omegaconf import OmegaConf
+    env = OmegaConf.select(cfg, "eval.env", default=None) if cfg is not None else None
+    attrs = attrs or {}
+    if env:
+        kw = OmegaConf.select(cfg, "eval.env_kwargs", default=None)
+        kw = OmegaConf.to_container(kw) if OmegaConf.is_config(kw) else dict(kw or {})
+        names = attrs.get("task_names") if (attrs.get("env") or {}).get("id") == env else None
+        return Plays(str(env), kw, tuple(names or ()))
+    sim = attrs.get("sim") or {}
+    tasks = tuple(sim.get("tasks") or ([sim["task"]] if sim.get("task") else []))
+    return Plays(tasks[0] if tasks else None, {}, tasks)

@@ -10,14 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .environments import ENVS, PUSHT_ID, EnvError, env_spec, is_env
-from .sim import (
-    RolloutResult, _bar, _load, _load_path, _pool, gather_episodes, rollout_task, run_instruction, task_index)
+from .environments import ENVS, PUSHT_ID, EnvError, Plays, env_spec, is_env
+from dptoolkit.sim import (
+    RolloutResult, _bar, _load, _load_path, _pool, gather_episodes, recorded, rollout_task, run_instruction,
+    task_index)
 from .sim import rollout as aloha_rollout
 
 # %% auto #0
-__all__ = ['GymEnv', 'check_env', 'env_episodes', 'env_episode', 'run_env', 'play', 'env_kwargs', 'steps_note', 'rollout',
-           'watch', 'replay_pusht']
+__all__ = ['GymEnv', 'check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout', 'watch',
+           'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #c06c219e
 def _nearest(env_id: str, gym) -> str:
@@ -145,15 +146,6 @@ def env_episode(spec, env_id: str, seed: int = 0, **kw) -> dict:
     return env_episodes(spec, env_id, [seed], **kw)[0]
 
 # %% ../nbs/13b_envs.ipynb #58d71868
-def run_env(run) -> tuple:
-    "(env id, env kwargs) a run records (`eval.env`, `eval.env_kwargs`), or (None, {})."
-    from omegaconf import OmegaConf
-    from dptoolkit.checkpoint import TrainError, run_config
-    try: cfg = run_config(run)
-    except (TrainError, OSError, TypeError): return None, {}
-    env = OmegaConf.select(cfg, "eval.env", default=None)
-    return env, dict(OmegaConf.select(cfg, "eval.env_kwargs", default=None) or {})
-
 def _task_kwargs(env: str, env_kwargs: dict, pol, task_name, name) -> dict:
     "`env_kwargs` with the spec's task keyword (`EnvSpec.task_kwarg`) set to the task played, when not given."
     k = env_spec(env).task_kwarg
@@ -172,8 +164,8 @@ def play(run_or_policy, env: str | None = None, episodes: int = 50, workers=None
     (default: the one the run records) → `RolloutResult` with `score` beside `success`. The seeds are split over
     `workers` processes in groups of at most `group` episodes played in lockstep (`env_episodes`)."""
     if int(episodes) < 1: raise EnvError(f"episodes={episodes}: a rollout plays at least one episode")
-    rec, kw = run_env(run_or_policy) if isinstance(run_or_policy, (str, Path)) else (None, {})
-    env, env_kwargs = env or rec, {**kw, **(env_kwargs or {})}
+    rec = recorded(run_or_policy) if isinstance(run_or_policy, (str, Path)) else Plays(None)   # the sim chapter's
+    env, env_kwargs = env or (rec.env if rec.gym else None), {**(rec.kwargs if rec.gym else {}), **(env_kwargs or {})}
     if not env: raise EnvError(f"{run_or_policy}: no environment: pass env= (--env ID); the run records none")
     if isinstance(run_or_policy, (str, Path)):
         spec = name = str(Path(run_or_policy).absolute())

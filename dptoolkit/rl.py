@@ -340,10 +340,10 @@ UPDATES = {"ppo": ppo_update, "imitate": imitate_update}
 
 # %% ../nbs/14_rl.ipynb #e4f1b91e
 def _sim_task(cfg, run) -> str:
-    """The simulator task of the run's store (its attrs' sim.task, as `dpt sim-data` writes it), else the gymnasium
-    environment the run records (`eval.env`: a PushT run's); `RLError` without either."""
-    from dptoolkit.sim import recorded_env, recorded_task
-    store, task = cfg.task.dataset.zarr_path, recorded_task(run) or recorded_env(run)
+    """Where the run plays, as it records it (`sim.recorded`: its `eval.env`, a PushT run's, else its store's
+    sim.task, as `dpt sim-data` writes it); `RLError` without either."""
+    from dptoolkit.sim import recorded
+    store, task = cfg.task.dataset.zarr_path, recorded(run).env
     if not task:
         raise RLError(f"{run}: was trained on {store}, which no simulator recorded (no sim.task in its attrs): "
                       "RL post-training plays the policy in a simulator; pass rl.task=transfer_cube if the data is "

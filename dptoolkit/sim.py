@@ -12,17 +12,16 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from .environments import TASKS, EnvError, is_env   # ALOHA's tasks among the environments (their room)
+from .environments import TASKS, EnvError, Plays, is_env, plays   # ALOHA's tasks among the environments (their room)
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
 __all__ = ['EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'SCENE', 'LIFT_HOLD_FROM', 'WAYPOINTS', 'ARM_JOINTS',
            'DART_RHO', 'PHRASINGS', 'SIM_OBS', 'SimError', 'SimUnstable', 'AlohaSim', 'transfer_waypoints',
            'insertion_waypoints', 'lift_reward', 'lift_waypoints', 'expert_episode', 'Demos', 'make_demos',
-           'check_policy', 'rollout_task', 'recorded_env', 'recorded_task', 'recorded_tasks', 'rollout_tasks',
-           'task_index', 'env_state_width', 'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table',
-           'RolloutBroken', 'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts',
-           'rollout_run']
+           'check_policy', 'rollout_task', 'recorded', 'rollout_tasks', 'task_index', 'env_state_width',
+           'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table', 'RolloutBroken', 'gather_episodes',
+           'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
@@ -417,35 +416,25 @@ def rollout_task(task=None, task_name=None, run=None) -> str:
         _check_task(task)
         return task
     own = isinstance(run, (str, Path)) and str(run) not in ("expert", "hold")
+    rec = recorded(run) if own else Plays(None)
     if task_name is not None:
         if task_name not in TASKS:
-            if own and (env := recorded_env(run)): return env   # the run's environment plays it (Meta-World's tasks)
+            if rec.gym: return rec.env   # the run's environment plays it (Meta-World's tasks)
             raise SimError(f"--task-name {task_name}: the simulator has no task of that name (it has "
                            f"{', '.join(TASKS)}); pass --task for the environment to play it in")
         return task_name
-    return (own and recorded_env(run)) or (recorded_task(run) if own else None) or "transfer_cube"
+    return rec.env or "transfer_cube"
 
-def recorded_env(run) -> str | None:
-    "The gymnasium environment a run was trained for (its config's `eval.env`, envs chapter), or None."
-    from omegaconf import OmegaConf
-    from dptoolkit.checkpoint import TrainError, run_config
-    try: return OmegaConf.select(run_config(run), "eval.env", default=None)
-    except (TrainError, OSError, TypeError): return None
-
-def recorded_task(run) -> str | None:
-    "The simulator task a run's store was recorded in (its attrs' sim.task, as `make_demos` writes it), or None."
-    return (_recorded_sim(run) or {}).get("task")
-
-def recorded_tasks(run) -> list:
-    "Every simulator task a run's store holds: a merge of simulator stores records them all (sim.tasks); [] for none."
-    sim = _recorded_sim(run) or {}
-    return list(sim.get("tasks") or ([sim["task"]] if sim.get("task") else []))
-
-def _recorded_sim(run) -> dict | None:
+def recorded(run) -> Plays:
+    """Where `run` plays, as it records it: `environments.plays` over its config and its store's attributes (the one
+    answer `dpt rollout`, RL fine-tuning and the envs chapter read); `Plays(None)` when it records none."""
     from dptoolkit.checkpoint import TrainError, run_config
     from dptoolkit.store import StoreError, describe
-    try: return (describe(run_config(run).task.dataset.zarr_path).attrs or {}).get("sim")
-    except (TrainError, StoreError, OSError, TypeError, AttributeError): return None
+    try: cfg = run_config(run)
+    except (TrainError, OSError, TypeError): return Plays(None)
+    try: attrs = describe(cfg.task.dataset.zarr_path).attrs or {}
+    except (StoreError, OSError, TypeError, AttributeError): attrs = {}
+    return plays(cfg, attrs)
 
 
 # %% ../nbs/13_sim.ipynb #aa52c85b
@@ -457,7 +446,8 @@ def rollout_tasks(run, tasks: str | None = None, every: bool = False) -> list | 
         bad = [t for t in names if t not in TASKS]
         if bad: raise SimError(f"--tasks {tasks}: the simulator has no task {bad[0]!r} (it has {', '.join(TASKS)})")
         return names
-    names = recorded_tasks(run) if every else []
+    rec = recorded(run) if every else Plays(None)
+    names = [] if rec.gym else list(rec.tasks)   # ALOHA's tasks of a merged store
     return names if len(names) > 1 else None
 
 # %% ../nbs/13_sim.ipynb #0593d506

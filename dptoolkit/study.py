@@ -24,12 +24,13 @@ __all__ = ['make_study', 'study', 'resume', 'study_sbatch', 'write_study_sbatch'
 
 # %% ../nbs/07c_study.ipynb #befe6273
 def _sim_task(cfg):
+    "Where the study's runs play (`environments.plays`): an environment id, a merged ALOHA store's tasks, or None."
+    from dptoolkit.environments import plays
     from dptoolkit.store import describe
     zp = cfg.task.dataset.zarr_path
     if not zp: raise StudyError("the config has no store: set task.dataset.zarr_path (dpt study --data STORE)")
-    sim = (describe(zp).attrs or {}).get("sim") or {}
-    return (sim.get("task") or (list(sim["tasks"]) if sim.get("tasks") else None)   # a merged store's: every task
-            or OmegaConf.select(cfg, "eval.env", default=None) or None)           # a gymnasium id (a PushT config's)
+    p = plays(cfg, describe(zp).attrs)
+    return list(p.tasks) if not p.gym and len(p.tasks) > 1 else p.env   # a merged store's: every task
 
 def make_study(cfg, grid: dict, seeds, out, rollout=None, nprocs: int = 1, overrides=()) -> Path:
     "Check the study and write its manifest `out/study.json` (kept when it already describes this study); → `out`."

@@ -9,6 +9,7 @@ import json, os
 from omegaconf import OmegaConf
 
 from .checkpoint import TrainError
+from .environments import plays
 from .processes import start_call
 
 # %% auto #0
@@ -20,8 +21,9 @@ def check_rollouts(cfg, info):
     simulator gives: refused here, before any process starts, naming what is missing."""
     every = OmegaConf.select(cfg, "eval.rollout_every", default=None)
     if not every: return
-    env = OmegaConf.select(cfg, "eval.env", default=None)
-    if env:   # a gymnasium environment (envs chapter): the keys its observation map gives
+    p = plays(cfg, info.attrs)
+    if p.gym:   # a gymnasium environment (envs chapter): the keys its observation map gives
+        env = p.env
         from dptoolkit.environments import env_spec
         gives = list(env_spec(env).keys)
         for k in cfg.task.dataset.obs_keys if gives else ():
@@ -30,7 +32,7 @@ def check_rollouts(cfg, info):
                                  f"closed loop (its observation map gives {', '.join(gives)})")
         return
     sim = (info.attrs or {}).get("sim")
-    if not sim:
+    if p.env is None or not sim:
         raise TrainError(f"eval.rollout_every={every}: {info.path} was not made by the simulator (no 'sim' "
                          "attributes), so there is no task to roll out in; make demonstrations with dpt sim-data, or "
                          "set eval.rollout_every=null")
@@ -48,13 +50,11 @@ def start_rollouts(R):
     """Rank 0 of a run with `eval.rollout_every`: the watcher (`WATCHER`) in a process of its own beside the ranks, its
     output in rollouts.log."""
     if not (R.is_main and R.every): return None
-    E = R.cfg.eval
-    sim = (R.ds._info.attrs or {}).get("sim") or {}
-    tasks = list(sim.get("tasks") or [sim.get("task") or "transfer_cube"])   # a merge of simulator stores: each task
+    E, p = R.cfg.eval, plays(R.cfg, R.ds._info.attrs)   # where the run plays (environments chapter)
     (R.run_dir / ".rollouts-done").unlink(missing_ok=True)
     kw = dict(run=str(R.run_dir.absolute()), every=int(R.every),
-              task=E.get("env") or tasks[0],      # a gymnasium environment (envs chapter), or ALOHA's tasks
-              tasks=None if E.get("env") or len(tasks) < 2 else tasks, episodes=int(E.rollout_episodes),
+              task=p.env or "transfer_cube",      # a gymnasium environment (envs chapter), or ALOHA's tasks
+              tasks=list(p.tasks) if not p.gym and len(p.tasks) > 1 else None, episodes=int(E.rollout_episodes),
               seed=int(E.rollout_seed), workers=E.rollout_workers, parent=os.getpid())
     env = dict(os.environ, DPT_ROLLOUT_RUN=kw["run"])   # its workers: this run's rollout_workers
     return start_call(WATCHER, kw, R.run_dir / "rollouts.log", env=env, detached=False)

@@ -76,13 +76,13 @@ def test_missing_simulator_and_failing_renderer_say_what_to_do(tmp_path):
 def test_insertion_expert_store_and_rollouts_in_their_own_task(tmp_path):
     "Issue 67: the second task — its expert reaches reward 4, its store, and a run of it rolls out in insertion."
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.sim import SimError, check_policy, make_demos, recorded_task, rollout
+    from dptoolkit.sim import SimError, check_policy, make_demos, recorded, rollout
     d = make_demos("insertion", n=1, out=tmp_path / "ins.zarr", workers=1, progress=False, seed=4)
     assert d.success == [True] and describe(tmp_path / "ins.zarr").arrays["env_state"].shape == (400, 14)
     cfg = for_store(tmp_path / "ins.zarr", name="test", overrides=["task.dataset.obs_keys=[state,env_state]",
                                                                   "training.max_steps=2", "training.log_every=1"])
     train(cfg, nprocs=1, run_dir=tmp_path / "run", progress=False)
-    assert recorded_task(tmp_path / "run") == "insertion"
+    assert recorded(tmp_path / "run").env == "insertion"
     r = dpt("rollout", tmp_path / "run", "--episodes", 1, "--workers", 1, "--max-steps", 12, "--baselines", "--json",
             check=0)
     res = {x["policy"]: x for x in json.loads(r.stdout)}
