@@ -37,18 +37,20 @@ class Envs:
         return self.made[task][:n]
 
 class GymStep:
-    "A gymnasium environment (envs chapter) stepped as the episode loop steps ALOHA's: (observation, reward stage)."
+    """A gymnasium environment (envs chapter) stepped as the episode loop steps ALOHA's: (observation, reward); its
+    own success boolean (`succeeded`), `over` once the environment ends the episode."""
     def __init__(self, env_id: str, keys):
         from dptoolkit.envs import GymEnv
-        self.env, self.over = GymEnv(env_id, keys), False
+        self.env, self.over, self.ok = GymEnv(env_id, keys), False, False
     def reset(self, seed: int) -> dict:
-        self.over = False
+        self.over = self.ok = False
         return self.env.reset(seed)
     def step(self, action, render: bool = True) -> tuple:
-        "→ (observation, `SUCCESS_REWARD` on success, else the reward below it); `over` once the environment ends it."
-        from dptoolkit.sim import SUCCESS_REWARD
-        o, r, ok, self.over, _ = self.env.step(action)
-        return o, SUCCESS_REWARD if ok else min(r, np.nextafter(SUCCESS_REWARD, 0))
+        o, r, self.ok, self.over, _ = self.env.step(action)
+        return o, float(r)
+    def succeeded(self, reward) -> bool:
+        "The environment's own success for the last step (its spec's info key), not a reward threshold."
+        return bool(self.ok)
 
 def obs_value(h: dict, key: str):
     "An observation's value for a store key (ALOHA's simulator names the state `qpos`)."
@@ -70,7 +72,7 @@ def play_episodes(policy, states, group: int, sample, envs: Envs, max_steps: int
     (B, n_action_steps, action_dim) for the observation windows `obs` of the running episodes `active`. Returns a dict
     per episode: task, seed, success, steps, max_reward, unstable (and `trace`: [(observation, action), ...]). A
     `sample` may return (executed, recorded) chunks: the episode steps the first and its trace keeps the second."""
-    from dptoolkit.sim import SUCCESS_REWARD, SimUnstable
+    from dptoolkit.sim import SimUnstable
     eps = [dict(task=t, seed=int(s), success=False, steps=0, max_reward=0, unstable=False)
            for t, s in states for _ in range(group)]
     names = list(getattr(policy, "task_names", None) or []) if getattr(policy, "task_embed", None) is not None else []
@@ -96,9 +98,9 @@ def play_episodes(policy, states, group: int, sample, envs: Envs, max_steps: int
                     break
                 if trace: e.setdefault("trace", []).append((hists[i][-1], label[j]))
                 e["steps"], e["max_reward"] = e["steps"] + 1, max(e["max_reward"], r)
+                e["success"] = e["success"] or env[i].succeeded(r)   # each environment's own success
                 hists[i].append(o)
-                if r >= SUCCESS_REWARD or e["steps"] >= max_steps or getattr(env[i], "over", False): break
-            e["success"] = e["max_reward"] >= SUCCESS_REWARD
+                if e["success"] or e["steps"] >= max_steps or getattr(env[i], "over", False): break
         active = [i for i in active if not (eps[i]["unstable"] or eps[i]["success"] or eps[i]["steps"] >= max_steps
                                             or getattr(env[i], "over", False))]
     return eps

@@ -156,6 +156,11 @@ def render(self: AlohaSim, height, width):
                        "libgl1-mesa-dri) or set MUJOCO_GL") from None
     return np.ascontiguousarray(img.transpose(2, 0, 1))
 
+@patch
+def succeeded(self: AlohaSim, reward) -> bool:
+    "Success as ALOHA's tasks define it: the top reward stage, `SUCCESS_REWARD` (the episode loop asks each env)."
+    return reward >= SUCCESS_REWARD
+
 # %% ../nbs/13_sim.ipynb #db21c6aa
 def _qmul(a, b):
     w1, x1, y1, z1 = a
