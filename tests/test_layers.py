@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, dpt
 
 PKG = ROOT / "dptoolkit"
-GROUND = {"codecs", "lerobot", "store", "processes", "stall", "report", "stats"}   # import nothing of ours (the ground)
+GROUND = {"codecs", "lerobot", "store", "processes", "stall", "report", "stats", "commands"}   # import nothing of ours
 ON_GROUND = {"launch": {"processes", "stall"}}   # the launcher (issue 91: cut in three) stands on its two lower rooms
 DATA = {"merge", "convert", "config", "cache", "normalize", "dataset"}
 MODEL = {"protocol", "policy", "objective", "flow", "ddpm", "transformer", "fsdp", "strategy", "train", "evaluate", "sim",
@@ -133,3 +133,14 @@ def test_a_run_written_before_the_strategy_object_resumes(tmp_path, strategy, np
             timeout=300, check=0)
     assert "steps 4→6" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
     assert (run / "checkpoints" / "step_000006" / "model.safetensors").exists()
+
+
+def test_no_library_room_starts_the_cli():
+    """Issue 91: the CLI is a face. No room below it names `dptoolkit.cli` (a detached process starts its own room's
+    entry point); only the CLI itself, its words (`commands`: the torchrun line a user types) and `cluster` (the sbatch
+    script runs a user's `dpt` / `-m dptoolkit.cli` command) may."""
+    named = sorted(p.stem for p in PKG.glob("*.py") if p.stem not in ("_modidx", "cli", "commands", "cluster")
+                   and "dptoolkit.cli" in p.read_text())
+    assert named == [], named
+    assert {"import argparse"} >= {l.strip() for l in (PKG / "commands.py").read_text().splitlines()
+                                   if l.startswith(("import ", "from ")) and "__future__" not in l}
