@@ -335,8 +335,8 @@ COMMANDS.update({
                     "rollout / eval / report read. rl.noise=latent: the policy frozen, a head steers where each "
                     "chunk's sampler starts (DSRL). rl.method=iterate instead: expert iteration (each round the "
                     "policy plays rl.episodes, its successes join the demonstrations, BC trains again on every rank). "
-                    "Again on the same --out: continues from its last checkpoint. "
-                    "Under torchrun: torchrun --nproc-per-node 2 -m dptoolkit.cli finetune RUN --out DIR.",
+                    "Again on the same --out: continues from its last checkpoint. Under torchrun or srun each "
+                    "process is one rank, as with dpt train (the cli chapter's torchrun line).",
         examples=["dpt finetune runs/bc rl.iterations=20 rl.states=4 --out runs/bc-rl --nprocs 2",
                   "dpt finetune runs/bc rl.method=iterate rl.iterations=2 rl.episodes=640 --out runs/bc-it",
                   "dpt finetune runs/bc rl.noise=learned rl.lr=3e-5 --out runs/bc-rl",

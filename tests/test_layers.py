@@ -137,9 +137,8 @@ def test_a_run_written_before_the_strategy_object_resumes(tmp_path, strategy, np
 
 def test_no_library_room_starts_the_cli():
     """Issue 91: the CLI is a face. No room below it names `dptoolkit.cli` (a detached process starts its own room's
-    entry point); only the CLI itself, its words (`commands`: the torchrun line a user types) and `cluster` (the sbatch
-    script runs a user's `dpt` / `-m dptoolkit.cli` command) may."""
-    named = sorted(p.stem for p in PKG.glob("*.py") if p.stem not in ("_modidx", "cli", "commands", "cluster")
+    entry point); only the CLI itself and `cluster` (its sbatch script runs a user's `-m dptoolkit.cli` command) may."""
+    named = sorted(p.stem for p in PKG.glob("*.py") if p.stem not in ("_modidx", "cli", "cluster")
                    and "dptoolkit.cli" in p.read_text())
     assert named == [], named
     assert {"import argparse"} >= {l.strip() for l in (PKG / "commands.py").read_text().splitlines()
