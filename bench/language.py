@@ -220,7 +220,8 @@ def more_store(out: Path, store: Path) -> Path:
 def judge(rd: Path, task: str, seeds: list, phrasings=None) -> dict:
     "Held-out episodes of `task`, 25 stepped together; `phrasings`: the instructions said (cycled over the seeds)."
     import torch
-    from dptoolkit.episodes import Envs, play_episodes
+    from dptoolkit.episodes import Envs
+    from dptoolkit.lockstep import play_episodes
     from dptoolkit.evaluate import load_policy
     from dptoolkit.protocol import predict
     from dptoolkit.sim import run_instruction

@@ -16,7 +16,8 @@ HELD = list(range(1000, 1050))
 
 
 def main():
-    from dptoolkit.episodes import Envs, play_episodes
+    from dptoolkit.episodes import Envs
+    from dptoolkit.lockstep import play_episodes
     from dptoolkit.evaluate import load_policy
     from dptoolkit.iterate import smooth_noise
     from dptoolkit.protocol import predict

@@ -34,7 +34,8 @@ def main():
     ap.add_argument("--scales", default="1,2"); ap.add_argument("--held", default="fixed:3:1,fixed:6:1,ar:4:0.9")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    from dptoolkit.episodes import Envs, play_episodes
+    from dptoolkit.episodes import Envs
+    from dptoolkit.lockstep import play_episodes
     from dptoolkit.evaluate import load_policy
     pol, _ = load_policy(a.run)
     envs, res, D = Envs(pol.eval()), dict(run=str(a.run), draws=a.draws, fresh={}, held={}), a.draws

@@ -13,6 +13,7 @@ import argparse, collections, os
 os.environ.setdefault("MUJOCO_GL", "egl")
 import torchvision  # noqa: F401  (before MuJoCo's EGL)
 import numpy as np, torch
+from dptoolkit.lockstep import _window   # the windows the one episode loop gives a policy
 
 PHASES = ((0, 90, "reach"), (90, 170, "grasp + lift"), (170, 260, "transfer"))
 
@@ -51,7 +52,7 @@ def closed_loop(policy, sim, A, seed: int, steps: int) -> list:
     hist, g, t, rows = collections.deque([o] * To, maxlen=To), torch.Generator().manual_seed(seed), 0, []
     while t < steps:
         state = g.get_state()
-        own = sim._obs_batch(policy, hist)
+        own = _window(policy, [hist], None, "cpu")
         with torch.no_grad(): chunk = policy.predict_action(own, generator=g)["action"][0].numpy()
         exp_obs = _obs(A, t, To, keys)
         on_expert = _predict(policy, exp_obs, state)

@@ -12,12 +12,16 @@ import numpy as np
 from .views import KeyView
 
 # %% auto #0
-__all__ = ['TASKS', 'PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'METAWORLD_ID', 'EnvError', 'is_env', 'pusht_keypoints',
+__all__ = ['TASKS', 'PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'METAWORLD_ID', 'EnvError', 'EnvUnstable', 'is_env', 'pusht_keypoints',
            'pusht_initial_state', 'EnvSpec', 'env_spec', 'Plays', 'plays']
 
 # %% ../nbs/13_environments.ipynb #585a3986
 class EnvError(RuntimeError):
     "An environment cannot play a policy: the message names the environment, the key or value, and what to do."
+
+class EnvUnstable(EnvError):
+    """An action an environment's physics cannot take: the lockstep loop (lockstep chapter) ends that episode there as a
+    failure (`unstable` in its row) and plays on."""
 
 TASKS = ("transfer_cube", "insertion", "lift_cube")   # ALOHA's, in our own simulator (sim chapter)
 _GYM_ID = re.compile(r"^(?:[\w:.-]+/)?[\w:.-]+-v\d+$")   # gymnasium's ids: [namespace/]Name-vN
@@ -82,6 +86,7 @@ class EnvSpec:
     env_vars: dict = field(default_factory=dict)   # set (if unset) before the package is imported
     success_info: str = "is_success"               # the info key that says success (gymnasium's habit)
     task_kwarg: str | None = None                  # the gym.make argument that picks a task (the run's task name)
+    reseed: object = None                          # (env, seed) -> None before each reset (reset(seed) draws part)
 
 ENVS = {PUSHT_ID: EnvSpec(
     PUSHT_ID, "gym-pusht", "gym_pusht", ("agent_pos", "keypoint", "state", "img"), _pusht_obs,
@@ -115,10 +120,12 @@ def _metaworld_obs(raw, info) -> dict:
 
 ENVS[METAWORLD_ID] = EnvSpec(
     METAWORLD_ID, "metaworld", "metaworld", ("state",), _metaworld_obs,
-    lambda keys: {"disable_env_checker": True},   # its boxes warn at every step (bounds its observations exceed)
+    lambda keys: {"disable_env_checker": True,    # its boxes warn at every step (bounds its observations exceed)
+                  "seed": 0},                     # MT1's 50 goal variants: the same in every process (unseeded: not)
     None, None,
     "Meta-World's one-task benchmark: env_name picks the task (the run's task name); success = info['success'], "
-    "score = max reward / 10", 10.0, {"MUJOCO_GL": "egl"}, success_info="success", task_kwarg="env_name")
+    "score = max reward / 10", 10.0, {"MUJOCO_GL": "egl"}, success_info="success", task_kwarg="env_name",
+    reseed=lambda env, seed: env.unwrapped.seed(int(seed)))   # its reset(seed) leaves the goal to the env's own draw
 
 # %% ../nbs/13_environments.ipynb #9aa02bc9
 @dataclass(frozen=True)

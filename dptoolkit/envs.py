@@ -4,21 +4,22 @@
 
 # %% ../nbs/13b_envs.ipynb #d5ffa602
 from __future__ import annotations
-import collections, os, time
+import os, time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .environments import ENVS, PUSHT_ID, EnvError, Plays, env_spec, is_env
+from .lockstep import play_episodes, predictor   # the one episode loop every rollout plays
 from dptoolkit.sim import (
     RolloutResult, _bar, _load, _load_path, _pool, gather_episodes, recorded, rollout_task, run_instruction,
     task_index)
 from .sim import rollout as aloha_rollout
 
 # %% auto #0
-__all__ = ['GymEnv', 'check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout', 'watch',
-           'replay_pusht']
+__all__ = ['GymEnv', 'GymStep', 'check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout',
+           'watch', 'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #c06c219e
 def _nearest(env_id: str, gym) -> str:
@@ -69,6 +70,7 @@ class GymEnv:
         self.action_dim = int(np.prod(sp.shape)) if getattr(sp, "shape", None) else None
     def reset(self, seed: int) -> dict:
         opts = self.spec.reset_options(seed) if self.spec.reset_options else None
+        if self.spec.reseed: self.spec.reseed(self.env, seed)   # an env whose reset(seed) leaves part of the scene
         raw, info = self.env.reset(seed=int(seed), options=opts)
         return self.spec.obs(raw, info)
     def step(self, action) -> tuple:
@@ -78,6 +80,22 @@ class GymEnv:
         ok = r >= bar if bar is not None else bool(info.get(self.spec.success_info))
         return self.spec.obs(raw, info), float(r), bool(ok), bool(term or trunc), info
     def close(self): self.env.close()
+
+# %% ../nbs/13b_envs.ipynb #fef25774
+class GymStep:
+    """A `GymEnv` as the lockstep loop steps every environment (lockstep chapter): `step` → (observation, reward), its
+    own success boolean (`succeeded`), `over` once the environment ends the episode (terminated or truncated)."""
+    def __init__(self, env_id: str, keys=(), **kwargs):
+        self.env, self.over, self.ok = GymEnv(env_id, keys, **kwargs), False, False
+    def reset(self, seed: int) -> dict:
+        self.over = self.ok = False
+        return self.env.reset(seed)
+    def step(self, action, render: bool = True) -> tuple:
+        o, r, self.ok, self.over, _ = self.env.step(action)
+        return o, float(r)
+    def succeeded(self, reward) -> bool:
+        "The environment's own success for the last step (its spec's info key), not a reward threshold."
+        return bool(self.ok)
 
 
 # %% ../nbs/13b_envs.ipynb #96aac7c5
@@ -106,40 +124,24 @@ def check_env(policy, env_id: str, env: GymEnv | None = None, name: str = "polic
 def env_episodes(spec, env_id: str, seeds, max_steps: int | None = None, env_kwargs=None, inference_steps=None,
                  task_index=None, instruction=None) -> list:
     """Closed-loop episodes of a policy spec (a run folder, a checkpoint, a policy object: sim's `_load`) in `env_id`,
-    one per seed, played in lockstep: each decision samples the chunks of every running episode in one batch (as
-    diffusion_policy's runner does over its vector of environments; 25 episodes cost little more than one). The noise
-    comes from one generator seeded with the first seed: a group of seeds gives the same episodes every time."""
-    import torch
-    from dptoolkit.protocol import predict
+    one per seed, played in lockstep (`play_episodes`, lockstep chapter): each decision samples the chunks of every
+    running episode in one batch (as diffusion_policy's runner does over its vector of environments; 25 episodes cost
+    little more than one). The noise comes from one generator seeded with the first seed (`predictor`): a group of
+    seeds gives the same episodes every time."""
     t0, seeds = time.perf_counter(), [int(s) for s in seeds]
     kind, policy = _load(spec)
     if kind != "policy": raise EnvError(f"{spec}: the baselines 'expert' and 'hold' are ALOHA's; {env_id} plays "
                                         "policies")
-    envs = [GymEnv(env_id, policy.low_dim_keys + policy.image_keys, **(env_kwargs or {})) for _ in seeds]
-    steps, To = int(max_steps or envs[0].max_steps), policy.n_obs_steps
-    hist = [collections.deque([e.reset(s)] * To, maxlen=To) for e, s in zip(envs, seeds)]
-    dev = next(policy.parameters()).device
-    g = torch.Generator(device=dev).manual_seed(seeds[0])
-    rew, ok, live = [[] for _ in seeds], [False] * len(seeds), list(range(len(seeds)))
-    while live:
-        stack = lambda k: torch.from_numpy(np.stack([np.stack([h[k] for h in hist[i]]) for i in live])).to(dev)
-        obs = {k: stack(k) for k in policy.image_keys} | {k: stack(k).float() for k in policy.low_dim_keys}
-        if task_index is not None: obs["task"] = torch.full((len(live),), task_index, device=dev)
-        if instruction is not None: obs["instruction"] = torch.as_tensor(instruction, device=dev).expand(len(live), -1)
-        with torch.no_grad(): chunks = predict(policy, obs, g, inference_steps)["action"].cpu().numpy()
-        for i, chunk in zip(list(live), chunks):
-            for a in chunk:
-                o, r, ok[i], over, _ = envs[i].step(a)
-                rew[i].append(r)
-                hist[i].append(o)
-                if ok[i] or over or len(rew[i]) >= steps:
-                    live.remove(i)
-                    break
-    for e in envs: e.close()
-    secs = (time.perf_counter() - t0) / len(seeds)
-    top = [float(max(r, default=0.0)) for r in rew]
-    return [dict(seed=s, success=bool(k), score=m / envs[0].spec.reward_scale, max_reward=m, ret=float(sum(r)),
-                 steps=len(r), seconds=secs, unstable=False) for s, k, r, m in zip(seeds, ok, rew, top)]
+    envs = [GymStep(env_id, policy.low_dim_keys + policy.image_keys, **(env_kwargs or {})) for _ in seeds]
+    sample = predictor(policy, seeds[0], inference_steps, task_index, instruction)
+    try: eps = play_episodes(policy, [(env_id, s) for s in seeds], 1, sample, envs,
+                             int(max_steps or envs[0].env.max_steps), next(policy.parameters()).device)
+    finally:
+        for e in envs: e.env.close()
+    secs, scale = (time.perf_counter() - t0) / len(seeds), envs[0].env.spec.reward_scale
+    return [dict(seed=e["seed"], success=bool(e["success"]), score=float(e["max_reward"]) / scale,
+                 max_reward=float(e["max_reward"]), ret=float(e["ret"]), steps=e["steps"], seconds=secs,
+                 unstable=e["unstable"]) for e in eps]
 
 def env_episode(spec, env_id: str, seed: int = 0, **kw) -> dict:
     "One closed-loop episode (`env_episodes` of one seed)."

@@ -12,7 +12,8 @@ import torch
 from omegaconf import OmegaConf
 
 from .checkpoint import latest_checkpoint, load_checkpoint, lock_run, trim_log, write_checkpoint
-from .episodes import RLError, Envs, _all_reduce, _join, play_episodes
+from .episodes import RLError, Envs, _all_reduce, _join
+from .lockstep import play_episodes   # the one episode loop
 from .sim import ARM_JOINTS, DART_RHO
 from .stats import wilson
 

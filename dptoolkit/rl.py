@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from .checkpoint import (TrainError, latest_checkpoint, load_checkpoint, lock_run, run_config, run_holder,
                                   trim_log, unlock_run, write_checkpoint)
-from .episodes import RLError, Envs, _all_reduce, _gather, _join, play_episodes
+from .episodes import RLError, Envs, _all_reduce, _gather, _join
+from .lockstep import play_episodes   # the one episode loop
 from .objective import Objective
 from .stats import wilson
 
@@ -224,7 +225,7 @@ class Played:
 # %% ../nbs/14_rl.ipynb #345f5ca5
 def play(policy, states, group: int, noise: Noise | None, generator, envs: Envs, max_steps: int = 400,
          device="cpu") -> Played:
-    """`group` episodes from each (task, seed) of `states`, stepped together (`play_episodes`, episodes chapter), each
+    """`group` episodes from each (task, seed) of `states`, stepped together (`play_episodes`, lockstep chapter), each
     decision's chunks sampled by the flow-SDE (`noise`: every decision's observation, chain and log-densities kept) or
     by the policy's own deterministic sampler (`noise` None: nothing recorded)."""
     from dptoolkit.protocol import predict

@@ -7,12 +7,13 @@ from __future__ import annotations
 import collections, json, math, os, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from .environments import TASKS, EnvError, Plays, is_env, plays   # ALOHA's tasks among the environments (their room)
+from .environments import TASKS, EnvError, EnvUnstable, Plays, is_env, plays   # ALOHA's tasks: their room
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
@@ -37,7 +38,7 @@ class SimError(EnvError):
     """The simulator is missing, cannot render, or is asked for something it cannot do; the message says what to install
     or set."""
 
-class SimUnstable(SimError):
+class SimUnstable(SimError, EnvUnstable):
     """An action the physics cannot take (not finite, or one that makes MuJoCo's accelerations blow up): a closed-loop
     episode ends there as a failure (`unstable` in its row) instead of ending the rollout."""
 
@@ -469,16 +470,6 @@ def task_index(policy, task_name=None, name: str = "policy"):
                        + (f"{task_name!r} is not one of them" if task_name else "pass task_name= (--task-name)"))
     return names.index(task_name)
 
-def _obs_batch(policy, hist):
-    "The last n_obs_steps observations as the (1, T, ...) batch `predict_action` takes (store key names)."
-    import torch
-    out = {}
-    for k in policy.low_dim_keys + policy.image_keys:
-        src = "qpos" if k == "state" else k
-        out[k] = torch.from_numpy(np.stack([h[src] for h in hist])[None]).float() if k in policy.low_dim_keys \
-            else torch.from_numpy(np.stack([h[src] for h in hist])[None])
-    return out
-
 def env_state_width(policy) -> int | None:
     """The width of `env_state` a policy learnt, as its input or its aux target (a merge with `pad=["env_state"]`
     made it the widest task's); the simulator pads its observations to it (`AlohaSim.env_state_width`). None: none."""
@@ -539,6 +530,17 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
     return text, v
 
 # %% ../nbs/13_sim.ipynb #3d852c40
+_HOLD = SimpleNamespace(n_obs_steps=1, low_dim_keys=["state"], image_keys=[])   # 'hold' as the loop sees a policy
+
+def _hold():
+    "The 'hold' baseline's `sample`: each episode's start pose, one action per decision."
+    import torch
+    start = {}
+    def sample(obs, active):
+        for k, i in enumerate(active): start.setdefault(i, obs["state"][k, -1].clone())
+        return torch.stack([start[i] for i in active])[:, None]
+    return sample
+
 def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = EPISODE_STEPS, video: str | None = None,
                     video_size=(240, 320), inference_steps=None, task_index=None, instruction=None) -> dict:
     """One closed-loop episode: the policy sees the last `n_obs_steps` observations, samples an action chunk and the
@@ -546,8 +548,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     a run folder, a `DiffusionPolicy`, or the baselines 'expert' (the scripted demonstrator) and 'hold' (keep the
     start pose). Returns seed, success, max reward, return, steps, seconds, `unstable` (the episode ended on an action
     the physics could not take: a failure) and writes an mp4 with `video`. `task_index`: a task-conditioned policy's."""
-    import torch
-    from dptoolkit.protocol import predict
+    from dptoolkit.lockstep import play_episodes, predictor   # the one episode loop (lockstep chapter)
     t0 = time.perf_counter()
     kind, policy = _load(spec)
     if kind == "expert":
@@ -561,37 +562,16 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
     size = tuple(policy.obs_encoder.image_shapes[policy.image_keys[0]][1:]) if cam else (48, 64)
     env = AlohaSim(task, camera=cam, size=size)
     env.env_state_width = env_state_width(policy)
-    o = env.reset(seed)
-    start = o["qpos"].copy()
-    hist = collections.deque([o] * (policy.n_obs_steps if policy is not None else 1),
-                             maxlen=policy.n_obs_steps if policy is not None else 1)
-    frames, rewards, unstable = [], [], False
-    dev = next(policy.parameters()).device if policy is not None else torch.device("cpu")
-    g = torch.Generator(device=dev).manual_seed(int(seed))
-    while len(rewards) < max_steps and (not rewards or max(rewards) < SUCCESS_REWARD) and not unstable:
-        if kind == "hold": chunk = [start]
-        else:
-            with torch.no_grad():
-                obs = {k: v.to(dev) for k, v in _obs_batch(policy, hist).items()}
-                if task_index is not None: obs["task"] = torch.tensor([task_index], device=dev)
-                if instruction is not None: obs["instruction"] = torch.as_tensor(instruction, device=dev)[None]
-                chunk = predict(policy, obs, g, inference_steps)["action"][0].cpu().numpy()
-        for j, a in enumerate(chunk):   # the camera only for the steps the next window reads
-            try: o, r = env.step(a, render=len(chunk) - j <= hist.maxlen)
-            except SimUnstable:
-                unstable = True
-                break
-            rewards.append(r)
-            hist.append(o)
-            if video: frames.append(env.render(*video_size).transpose(1, 2, 0))
-            if r >= SUCCESS_REWARD or len(rewards) >= max_steps: break
-    if video and frames:
+    if kind == "hold": policy, sample = _HOLD, _hold()
+    else: sample = predictor(policy, seed, inference_steps, task_index, instruction)
+    dev = next(policy.parameters()).device if kind == "policy" else "cpu"
+    e = play_episodes(policy, [(task, seed)], 1, sample, [env], max_steps, dev, frames=video_size if video else None)[0]
+    if video and e.get("frames"):
         import imageio
         Path(video).parent.mkdir(parents=True, exist_ok=True)
-        imageio.mimwrite(video, frames, fps=50, macro_block_size=8)
-    best = max(rewards, default=0)
-    return dict(seed=int(seed), success=best >= SUCCESS_REWARD, max_reward=best, ret=float(sum(rewards)),
-                steps=len(rewards), seconds=time.perf_counter() - t0, unstable=unstable)
+        imageio.mimwrite(video, e["frames"], fps=50, macro_block_size=8)
+    return dict(seed=int(seed), success=bool(e["success"]), max_reward=e["max_reward"], ret=float(e["ret"]),
+                steps=e["steps"], seconds=time.perf_counter() - t0, unstable=e["unstable"])
 
 # %% ../nbs/13_sim.ipynb #d81b1117
 def _score_ci(scores, z: float = 1.96) -> tuple:

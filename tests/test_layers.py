@@ -121,6 +121,27 @@ def test_the_environments_room_is_below_every_rollout_and_the_loop_below_every_s
     assert "environments" in g["watcher"] and "environments" in g["sim"]
 
 
+def test_one_episode_loop_below_every_rollout():
+    """Issue 89: one lockstep loop. `lockstep` stands on the environments room alone (no simulator, no rollout room);
+    every room that plays episodes (ALOHA's rollouts, gymnasium's, RL, expert iteration) plays them through it, and no
+    other room keeps an episode loop of its own (a `while` over running episodes that calls an environment's step)."""
+    g = imports()
+    assert not _reach(g, "lockstep") & ROLLOUT, sorted(_reach(g, "lockstep") & ROLLOUT)
+    assert "environments" in g["lockstep"]
+    for r in ("sim", "envs", "rl", "iterate"):
+        assert "lockstep" in g[r], (r, sorted(g[r]))
+    own = []
+    for p in sorted(PKG.glob("*.py")):
+        if p.stem == "lockstep": continue
+        for f in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)): continue
+            loops = [n for n in ast.walk(f) if isinstance(n, ast.While)]
+            if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "step"
+                   and "predict" in ast.unparse(f) for w in loops for c in ast.walk(w)):
+                own.append(f"{p.stem}.{f.name}")
+    assert not own, f"episode loops outside the lockstep room: {own}"
+
+
 @pytest.mark.parametrize("strategy,nprocs", [("ddp", 1), ("fsdp", 1)])
 def test_a_run_written_before_the_strategy_object_resumes(tmp_path, strategy, nprocs):
     "tests/data/runs_0.1.0 (its make.sh): written at 76abf79; resumed here, an fsdp one also at another world size."
