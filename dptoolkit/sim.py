@@ -21,8 +21,8 @@ __all__ = ['EPISODE_STEPS', 'SIM_KEYS', 'SUCCESS_REWARD', 'ENV_STATE', 'SCENE', 
            'DART_RHO', 'PHRASINGS', 'SIM_OBS', 'SimError', 'SimUnstable', 'AlohaSim', 'transfer_waypoints',
            'insertion_waypoints', 'lift_reward', 'lift_waypoints', 'expert_episode', 'Demos', 'make_demos',
            'check_policy', 'rollout_task', 'recorded', 'rollout_tasks', 'task_index', 'env_state_width',
-           'run_instruction', 'rollout_episode', 'RolloutResult', 'rollout_table', 'RolloutBroken', 'gather_episodes',
-           'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
+           'run_instruction', 'say_reading', 'rollout_episode', 'RolloutResult', 'rollout_table', 'RolloutBroken',
+           'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
 
 # %% ../nbs/13_sim.ipynb #0e3c4731
 EPISODE_STEPS = 400          # ALOHA's episodes: 8 s at 50 Hz
@@ -521,6 +521,7 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
     if n > enc.max_tokens:     # the encoder reads a budget of tokens: say what it cuts, before any episode plays
         print(f"{name}: --instruction is {n} tokens; {enc.name} reads its first {enc.max_tokens}, the rest is cut",
               file=sys.stderr, flush=True)
+    say_reading(cfg.task.dataset.zarr_path, text, enc, task, name)   # before any episode plays
     pooled, toks, mask = enc.encode([text])
     v = pack_tokens(toks, mask)[0] if L else pooled[0]
     known.setdefault(key, {})[text] = v.tolist()
@@ -528,6 +529,21 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
     tmp.write_text(json.dumps(known))
     os.replace(tmp, cache)
     return text, v
+
+# %% ../nbs/13_sim.ipynb #1e3ac382
+def say_reading(store, text: str, encoder, task=None, name: str = "policy") -> str | None:
+    """Print (stderr) and return the line that says how `store`'s readout reads `text` (each task's probability), with a
+    warning when it reads as another task than `task`; None for a store whose instructions are of one task."""
+    from dptoolkit.language import LanguageError, instruction_reading
+    try: row = instruction_reading(store, [text], encoder=encoder).iloc[0]
+    except LanguageError: return None
+    names = [c for c in row.index if c != "reads_as"]
+    line = (f"{name}: --instruction {text!r} reads as {row.reads_as} ("
+            + ", ".join(f"{n} {row[n]:.2f}" for n in names) + ")")
+    if task in names and row.reads_as != task:
+        line += f"; warning: this rollout plays {task}, and the policy will likely act on it as {row.reads_as}"
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 # %% ../nbs/13_sim.ipynb #3d852c40
 _HOLD = SimpleNamespace(n_obs_steps=1, low_dim_keys=["state"], image_keys=[])   # 'hold' as the loop sees a policy

@@ -142,9 +142,10 @@ def test_a_language_policy_trains_on_stored_embeddings_and_rolls_out_with_a_new_
     assert "this policy reads no instruction (it was trained with policy.language=false)" in r.stderr, r.stderr
 
 
-def test_a_rollout_in_a_task_is_told_that_tasks_instruction(tmp_path):
+def test_a_rollout_in_a_task_is_told_that_tasks_instruction(tmp_path, capsys):
     """Without --instruction, a language policy of a multi-task store is told the most used instruction of the task it
-    plays (the watcher's, a study's and `dpt rollout --task-name`'s rollouts), not the store's most used one."""
+    plays (the watcher's, a study's and `dpt rollout --task-name`'s rollouts), not the store's most used one; a new
+    instruction that reads as another task than the one played is said, with a warning, before any episode."""
     from dptoolkit.config import for_store
     from dptoolkit.evaluate import load_policy
     from dptoolkit.sim import run_instruction
@@ -161,6 +162,10 @@ def test_a_rollout_in_a_task_is_told_that_tasks_instruction(tmp_path):
     said = {t: run_instruction(run, pol, None, "run", t)[0] for t in m.task_names}
     assert said == dict(zip(m.task_names, ["transfer the cube", "hand over the block"])), said
     assert run_instruction(run, pol, None, "run", "gym_pusht/PushT-v0")[0] in WORDS    # a task the store does not name
+    said = run_instruction(run, pol, "hand over the block", "run", m.task_names[0])        # issue 90: at the door,
+    err = capsys.readouterr().err                                                        # its reading, before it plays
+    assert said[0] == "hand over the block" and f"reads as {m.task_names[1]}" in err, err
+    assert f"warning: this rollout plays {m.task_names[0]}, and the policy will likely act on it as" in err, err
 
 
 def test_a_transformer_attends_to_the_instructions_tokens(tmp_path):
