@@ -24,15 +24,40 @@ def _demo_sweep(store, out):
     return sweep(cfg, world_sizes=(1, 2), steps=60, repeats=2, out_dir=out, progress=False)
 
 
+def _cores_share(seconds: float = 4.0) -> float:
+    """The smaller CPU share two busy single-thread processes get here side by side (1.0: both cores are ours): a
+    probe of the machine that does not go through the code under test."""
+    code = ("import time\nt0, c0 = time.time(), time.process_time()\nwhile time.time() - t0 < %s: pass\n"
+            "print((time.process_time() - c0) / (time.time() - t0))" % seconds)
+    ps = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    return min(float(p.communicate()[0]) for p in ps)
+
+
+def _cpu_times() -> list:
+    "/proc/stat's cpu line: user, nice, system, idle, iowait, irq, softirq, steal (jiffies); [] where it is absent."
+    try: return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError, IndexError): return []
+
+
 def test_quiet_and_busy_machine(merged, tmp_path):
+    t0 = _cpu_times()
     quiet = _demo_sweep(merged, tmp_path / "quiet")
+    t1 = _cpu_times()
+    stolen = (t1[7] - t0[7]) / max(1, sum(t1) - sum(t0)) if t0 and t1 else 0.0   # the host's share of our cores
     assert list(quiet.world_size) == [1, 2] and list(quiet.repeats) == [2, 2]
     # quiet: nothing contended, nothing implausible; "not resolved" only where the range truly straddles 1 (60 steps on a
     # 2-core CI machine sometimes cannot resolve 2 ranks' gain: a CI run here got cpu_share 0.85 and a range over 1)
     shown = quiet[["world_size", "cpu_share", "speedup_low", "speedup_high", "flag"]].to_string()
-    assert not quiet.contended.any() and not quiet.flag.str.contains("contended|implausible").any(), shown
-    straddles = (quiet.world_size > 1) & (quiet.speedup_low <= 1) & (quiet.speedup_high >= 1)
-    assert (quiet.flag.str.contains("not resolved") == straddles).all(), shown
+    calm = not quiet.contended.any()
+    if not calm:   # a slow day's host takes a share of the cores (a CI run here: a rank got 73 %): a flag that is true
+        share = 1.0 if stolen > 0.03 else _cores_share()              # is no failure; one on two free cores is
+        assert stolen > 0.03 or share < 0.9, (f"flagged contended, but the host took {stolen:.1%} of the cores and two "
+                                               f"probes got {share:.0%} of a core each:\n{shown}")
+        print(f"the machine was not quiet (steal {stolen:.1%}, probes {share:.0%}): the quiet half is not judged")
+    if calm:
+        assert not quiet.flag.str.contains("contended|implausible").any(), shown
+        straddles = (quiet.world_size > 1) & (quiet.speedup_low <= 1) & (quiet.speedup_high >= 1)
+        assert (quiet.flag.str.contains("not resolved") == straddles).all(), shown
     assert quiet.speedup_low.iloc[1] <= quiet.speedup.iloc[1] <= quiet.speedup_high.iloc[1]
     # the same sweep while two busy loops (bounded: 150 s) compete for the 2 cores
     hogs = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 150\nwhile time.time() < t: pass"])
@@ -59,4 +84,4 @@ def test_quiet_and_busy_machine(merged, tmp_path):
     # load average still remembers of the tests before it)
     if _cpu_stall_s() is None: return
     assert log.cpu_pressure.median() > 0.3 and read_log(tmp_path / "busy" / "world2-1").cpu_pressure.median() > 0.6
-    assert read_log(tmp_path / "quiet" / "world1-1").cpu_pressure.median() < 0.1
+    if calm: assert read_log(tmp_path / "quiet" / "world1-1").cpu_pressure.median() < 0.1
