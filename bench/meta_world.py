@@ -22,7 +22,7 @@ def _tasks(s):
 
 def experts(tasks, episodes):
     from dptoolkit.environments import METAWORLD_ID
-    from dptoolkit.envs import GymEnv
+    from dptoolkit.environments import GymEnv
     from dptoolkit.meta_world import scripted_episode, scripted_policy
     from dptoolkit.stats import wilson
     rows = []

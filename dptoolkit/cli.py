@@ -300,17 +300,17 @@ def _env_demos(a):
 def cmd_rollout(a):
     _fork_server()   # the episode workers' server
     from dptoolkit.envs import env_kwargs, rollout, steps_note   # the one door: ALOHA's tasks and gymnasium's
-    from dptoolkit.environments import is_env
+    from dptoolkit.environments import env_spec
     from dptoolkit.sim import RolloutBroken, rollout_run, rollout_table, rollout_task, rollout_tasks
     tasks = rollout_tasks(a.run, a.tasks, every=a.every is not None and not (a.task or a.task_name))   # or None
     if a.env and a.task: raise CLIError(f"--env {a.env} and --task {a.task}: give one environment")
     a.task = rollout_task(a.env or a.task, a.task_name, a.run)  # --env/--task, else --task-name's, else the run's
-    env = is_env(a.task)
-    if env and a.baselines: raise CLIError(f"--baselines: the scripted expert and hold-still are ALOHA's; {a.task} "
-                                           "plays policies")
-    a.seed = a.seed if a.seed is not None else 100000 if env else 1000
+    spec = env_spec(a.task)   # what the environment is asked: its seeds, its baselines, whether gym.make makes it
+    if a.baselines and not spec.scripted:
+        raise CLIError(f"--baselines: the scripted expert and hold-still are ALOHA's; {a.task} plays policies")
+    a.seed = a.seed if a.seed is not None else spec.first_seed
     kw = env_kwargs(a.env_kwargs)
-    if kw and not env: raise CLIError("--env-kwargs are for a gymnasium environment (--env ID)")
+    if kw and not spec.gym: raise CLIError("--env-kwargs are for a gymnasium environment (--env ID)")
     if a.steps and a.every is not None:
         raise CLIError("--steps is for one run's final policy; --every rolls out each checkpoint as it was "
                        "trained (policy.num_inference_steps)")

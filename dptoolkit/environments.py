@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_environments.ipynb #edc98690
 from __future__ import annotations
-import re
+import difflib, importlib, os, re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,8 +12,9 @@ import numpy as np
 from .views import KeyView
 
 # %% auto #0
-__all__ = ['TASKS', 'PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'METAWORLD_ID', 'EnvError', 'EnvUnstable', 'is_env', 'pusht_keypoints',
-           'pusht_initial_state', 'EnvSpec', 'env_spec', 'Plays', 'plays']
+__all__ = ['TASKS', 'PUSHT_ID', 'PUSHT_KEYPOINTS', 'ENVS', 'ALOHA', 'METAWORLD_ID', 'EnvError', 'EnvUnstable', 'is_env',
+           'check_task', 'pusht_keypoints', 'pusht_initial_state', 'EnvSpec', 'env_spec', 'GymEnv', 'GymStep',
+           'make_env', 'Plays', 'plays']
 
 # %% ../nbs/13_environments.ipynb #585a3986
 class EnvError(RuntimeError):
@@ -30,6 +31,13 @@ def is_env(task) -> bool:
     """A gymnasium environment id (envs chapter) rather than one of our ALOHA tasks: with a namespace
     (`gym_pusht/PushT-v0`) or without one (`Pendulum-v1`, `CartPole-v1`: registered by gymnasium or by the user)."""
     return isinstance(task, str) and task not in TASKS and ("/" in task or bool(_GYM_ID.match(task)))
+
+def check_task(task) -> str:
+    "`task` when it is one of ALOHA's tasks or a gymnasium id, else one `EnvError` naming it (and the nearest task)."
+    if task in TASKS or is_env(task): return task
+    near = difflib.get_close_matches(str(task), TASKS, n=1, cutoff=0.75)
+    raise EnvError(f"task {task!r}: expected one of {', '.join(TASKS)}, or a gymnasium id ([namespace/]Name-vN: "
+                   "gym_pusht/PushT-v0, Pendulum-v1)" + (f"; did you mean {near[0]}?" if near else ""))
 
 # %% ../nbs/13_environments.ipynb #011d2e89
 PUSHT_ID = "gym_pusht/PushT-v0"
@@ -70,6 +78,7 @@ def _generic_obs(raw, info) -> dict:
         return {k: _frames(v) if np.ndim(v) == 3 else np.asarray(v, np.float32).reshape(-1) for k, v in raw.items()}
     return {"state": np.asarray(raw, np.float32).reshape(-1)}
 
+# %% ../nbs/13_environments.ipynb #d63e03aa
 @dataclass
 class EnvSpec:
     "How one gymnasium environment plays a policy trained on a store (see above)."
@@ -87,7 +96,21 @@ class EnvSpec:
     success_info: str = "is_success"               # the info key that says success (gymnasium's habit)
     task_kwarg: str | None = None                  # the gym.make argument that picks a task (the run's task name)
     reseed: object = None                          # (env, seed) -> None before each reset (reset(seed) draws part)
+    entry: str | None = None                       # "module:class" that makes it (None: gym.make, through GymStep)
+    first_seed: int = 100000                       # its rollouts' first held-out seed (PushT's test seeds)
+    scripted: bool = False                         # a scripted expert and hold-still play as baselines; demos written
 
+    @property
+    def gym(self) -> bool:
+        "Made by gymnasium's `gym.make` (it takes keyword arguments), not by an entry of our own."
+        return self.entry is None
+
+    @property
+    def flag(self) -> str:
+        "How `dpt rollout` names it: `--env ID` or `--task NAME`."
+        return "--env" if self.gym else "--task"
+
+# %% ../nbs/13_environments.ipynb #6a9a26e7
 ENVS = {PUSHT_ID: EnvSpec(
     PUSHT_ID, "gym-pusht", "gym_pusht", ("agent_pos", "keypoint", "state", "img"), _pusht_obs,
     lambda keys: {"obs_type": "pixels_agent_pos" if "img" in keys else "state"},
@@ -105,8 +128,15 @@ ENVS["gym_aloha/AlohaTransferCube-v0"] = EnvSpec(
     "reward 4 = the left gripper holds the cube up; the camera at its observation_height/width", 4.0,
     {"MUJOCO_GL": "egl"})
 
+ALOHA = {t: EnvSpec(t, "dptoolkit", "", ("state", "env_state", "head_camera"), None, note=(
+    f"ALOHA's {t.replace('_', '-')} in our own simulator (sim chapter): seeds 1000 … held out; the scripted expert "
+    "and hold-still play as baselines"), reward_scale=4.0, entry="dptoolkit.sim:AlohaSim", first_seed=1000,
+    scripted=True) for t in TASKS}
+
 def env_spec(env_id: str) -> EnvSpec:
-    "The `EnvSpec` of an id: a known one, else the generic map (the package is the id's namespace, `ns/Name-v0`)."
+    """The `EnvSpec` of a task or an id: one of ALOHA's tasks, a known gymnasium id, else the generic map (the package
+    is the id's namespace, `ns/Name-v0`)."""
+    if env_id in ALOHA: return ALOHA[env_id]
     if env_id in ENVS: return ENVS[env_id]
     ns = env_id.split("/")[0] if "/" in env_id else ""
     return EnvSpec(env_id, ns.replace("_", "-"), ns)
@@ -126,6 +156,97 @@ ENVS[METAWORLD_ID] = EnvSpec(
     "Meta-World's one-task benchmark: env_name picks the task (the run's task name); success = info['success'], "
     "score = max reward / 10", 10.0, {"MUJOCO_GL": "egl"}, success_info="success", task_kwarg="env_name",
     reseed=lambda env, seed: env.unwrapped.seed(int(seed)))   # its reset(seed) leaves the goal to the env's own draw
+
+# %% ../nbs/13_environments.ipynb #c06c219e
+def _nearest(env_id: str, gym) -> str:
+    "', did you mean X' for the registered (or known: `ENVS`) id nearest to a mistyped one, else ''."
+    near = difflib.get_close_matches(env_id, sorted({*gym.registry, *ENVS} - {env_id}), n=1, cutoff=0.75)
+    return f"; did you mean {near[0]}?" if near else ""
+
+def _make(env_id: str, kwargs: dict, given: dict | None = None):
+    "gym.make, its errors as one `EnvError` line (`given`: the user's keyword arguments, named in that line)."
+
+    spec = env_spec(env_id)
+    try: import gymnasium as gym
+    except ImportError: raise EnvError(f"{env_id}: gymnasium is not installed (pip install gymnasium "
+                                       f"{spec.package})".replace(" )", ")")) from None
+    for k, v in spec.env_vars.items(): os.environ.setdefault(k, v)
+    if "MUJOCO_GL" in spec.env_vars:   # torchvision before MuJoCo's EGL: the other order segfaults (sim's _sim)
+        try: import torchvision  # noqa: F401
+        except ImportError: pass
+    if spec.module:
+        try: __import__(spec.module)
+        except ImportError:
+            if env_id in ENVS:   # a package we know: its pip name
+                raise EnvError(f"{env_id}: the environment's package is not installed: pip install {spec.package}"
+                               ) from None
+            raise EnvError(f"{env_id}: no gymnasium environment of that id is registered, and no module {spec.module}"
+                           f" registers namespace {spec.module}" + (_nearest(env_id, gym) or
+                           f"; install the package that provides it (its name is often {spec.package})")) from None
+    try: return gym.make(env_id, **kwargs)
+    except gym.error.Error as e:   # NameNotFound, NamespaceNotFound, VersionNotFound, ...
+        ids = sorted(k for k in gym.registry if k.split("/")[0] == env_id.split("/")[0])
+        raise EnvError(f"{env_id}: no gymnasium environment of that id ({type(e).__name__}); "
+                       + (f"registered there: {', '.join(ids[:8])}" if ids else
+                          "pass an id gym.make knows" + _nearest(env_id, gym))) from None
+    except TypeError as e:
+        why = str(e).split(" was raised from")[0]
+        raise EnvError(f"{env_id}: env_kwargs {kwargs if given is None else given} refused by the environment "
+                       f"({why})") from None
+
+class GymEnv:
+    "A gymnasium environment by id, its observations as store keys (`EnvSpec.obs`); `policy_keys` pick its obs_type."
+    def __init__(self, env_id: str, policy_keys=(), **kwargs):
+        self.id, self.spec = env_id, env_spec(env_id)
+        kw = {**(self.spec.obs_type(list(policy_keys)) if self.spec.obs_type else {}), **kwargs}
+        self.env = _make(env_id, kw, kwargs)
+        self.max_steps = getattr(self.env.spec, "max_episode_steps", None) or 1000
+        sp = self.env.action_space
+        self.action_dim = int(np.prod(sp.shape)) if getattr(sp, "shape", None) else None
+    def reset(self, seed: int) -> dict:
+        opts = self.spec.reset_options(seed) if self.spec.reset_options else None
+        if self.spec.reseed: self.spec.reseed(self.env, seed)   # an env whose reset(seed) leaves part of the scene
+        raw, info = self.env.reset(seed=int(seed), options=opts)
+        return self.spec.obs(raw, info)
+    def step(self, action) -> tuple:
+        "(observation as store keys, reward, success, episode over, info)."
+        raw, r, term, trunc, info = self.env.step(np.asarray(action, dtype=np.float32))
+        bar = self.spec.success_reward
+        ok = r >= bar if bar is not None else bool(info.get(self.spec.success_info))
+        return self.spec.obs(raw, info), float(r), bool(ok), bool(term or trunc), info
+    def close(self): self.env.close()
+
+# %% ../nbs/13_environments.ipynb #fef25774
+class GymStep:
+    """A `GymEnv` as the lockstep loop steps every environment (lockstep chapter): `step` → (observation, reward), its
+    own success boolean (`succeeded`), `over` once the environment ends the episode (terminated or truncated)."""
+    def __init__(self, env_id: str, keys=(), **kwargs):
+        self.env, self.over, self.ok = GymEnv(env_id, keys, **kwargs), False, False
+    def reset(self, seed: int) -> dict:
+        self.over = self.ok = False
+        return self.env.reset(seed)
+    def step(self, action, render: bool = True) -> tuple:
+        o, r, self.ok, self.over, _ = self.env.step(action)
+        return o, float(r)
+    def succeeded(self, reward) -> bool:
+        "The environment's own success for the last step (its spec's info key), not a reward threshold."
+        return bool(self.ok)
+
+
+# %% ../nbs/13_environments.ipynb #37e9e731
+def make_env(task: str, keys=(), camera: bool | None = None, size=(48, 64), env_state_width=None, **kwargs):
+    """One environment of `task` as the lockstep loop steps it (lockstep chapter): a `GymStep` of a gymnasium id
+    (`kwargs`: gym.make's), else its spec's `entry` (ALOHA's tasks: the sim chapter's `AlohaSim`). `keys`: the store
+    keys the policy reads; `camera` (default: whether it reads `head_camera`) and `size`: the simulator's camera;
+    `env_state_width`: a padded `env_state`'s width (a merged store's widest task)."""
+    spec = env_spec(check_task(task))
+    if spec.gym: return GymStep(task, keys, **kwargs)
+    if kwargs: raise EnvError(f"{task}: keyword arguments {sorted(kwargs)} are gym.make's; our simulator takes none")
+    mod, name = spec.entry.split(":")
+    env = getattr(importlib.import_module(mod), name)(
+        task, camera="head_camera" in keys if camera is None else bool(camera), size=tuple(size))
+    env.env_state_width = env_state_width
+    return env
 
 # %% ../nbs/13_environments.ipynb #9aa02bc9
 @dataclass(frozen=True)

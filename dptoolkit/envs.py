@@ -4,13 +4,13 @@
 
 # %% ../nbs/13b_envs.ipynb #d5ffa602
 from __future__ import annotations
-import os, time
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .environments import ENVS, PUSHT_ID, EnvError, Plays, env_spec, is_env
+from .environments import PUSHT_ID, EnvError, GymEnv, Plays, _make, env_spec, make_env
 from .lockstep import play_episodes, predictor   # the one episode loop every rollout plays
 from dptoolkit.sim import (
     RolloutResult, _bar, _load, _load_path, _pool, gather_episodes, recorded, rollout_task, run_instruction,
@@ -18,85 +18,7 @@ from dptoolkit.sim import (
 from .sim import rollout as aloha_rollout
 
 # %% auto #0
-__all__ = ['GymEnv', 'GymStep', 'check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout',
-           'watch', 'replay_pusht']
-
-# %% ../nbs/13b_envs.ipynb #c06c219e
-def _nearest(env_id: str, gym) -> str:
-    "', did you mean X' for the registered (or known: `ENVS`) id nearest to a mistyped one, else ''."
-    import difflib
-    near = difflib.get_close_matches(env_id, sorted({*gym.registry, *ENVS} - {env_id}), n=1, cutoff=0.75)
-    return f"; did you mean {near[0]}?" if near else ""
-
-def _make(env_id: str, kwargs: dict, given: dict | None = None):
-    "gym.make, its errors as one `EnvError` line (`given`: the user's keyword arguments, named in that line)."
-
-    spec = env_spec(env_id)
-    try: import gymnasium as gym
-    except ImportError: raise EnvError(f"{env_id}: gymnasium is not installed (pip install gymnasium "
-                                       f"{spec.package})".replace(" )", ")")) from None
-    for k, v in spec.env_vars.items(): os.environ.setdefault(k, v)
-    if "MUJOCO_GL" in spec.env_vars:   # torchvision before MuJoCo's EGL: the other order segfaults (sim's _sim)
-        try: import torchvision  # noqa: F401
-        except ImportError: pass
-    if spec.module:
-        try: __import__(spec.module)
-        except ImportError:
-            if env_id in ENVS:   # a package we know: its pip name
-                raise EnvError(f"{env_id}: the environment's package is not installed: pip install {spec.package}"
-                               ) from None
-            raise EnvError(f"{env_id}: no gymnasium environment of that id is registered, and no module {spec.module}"
-                           f" registers namespace {spec.module}" + (_nearest(env_id, gym) or
-                           f"; install the package that provides it (its name is often {spec.package})")) from None
-    try: return gym.make(env_id, **kwargs)
-    except gym.error.Error as e:   # NameNotFound, NamespaceNotFound, VersionNotFound, ...
-        ids = sorted(k for k in gym.registry if k.split("/")[0] == env_id.split("/")[0])
-        raise EnvError(f"{env_id}: no gymnasium environment of that id ({type(e).__name__}); "
-                       + (f"registered there: {', '.join(ids[:8])}" if ids else
-                          "pass an id gym.make knows" + _nearest(env_id, gym))) from None
-    except TypeError as e:
-        why = str(e).split(" was raised from")[0]
-        raise EnvError(f"{env_id}: env_kwargs {kwargs if given is None else given} refused by the environment "
-                       f"({why})") from None
-
-class GymEnv:
-    "A gymnasium environment by id, its observations as store keys (`EnvSpec.obs`); `policy_keys` pick its obs_type."
-    def __init__(self, env_id: str, policy_keys=(), **kwargs):
-        self.id, self.spec = env_id, env_spec(env_id)
-        kw = {**(self.spec.obs_type(list(policy_keys)) if self.spec.obs_type else {}), **kwargs}
-        self.env = _make(env_id, kw, kwargs)
-        self.max_steps = getattr(self.env.spec, "max_episode_steps", None) or 1000
-        sp = self.env.action_space
-        self.action_dim = int(np.prod(sp.shape)) if getattr(sp, "shape", None) else None
-    def reset(self, seed: int) -> dict:
-        opts = self.spec.reset_options(seed) if self.spec.reset_options else None
-        if self.spec.reseed: self.spec.reseed(self.env, seed)   # an env whose reset(seed) leaves part of the scene
-        raw, info = self.env.reset(seed=int(seed), options=opts)
-        return self.spec.obs(raw, info)
-    def step(self, action) -> tuple:
-        "(observation as store keys, reward, success, episode over, info)."
-        raw, r, term, trunc, info = self.env.step(np.asarray(action, dtype=np.float32))
-        bar = self.spec.success_reward
-        ok = r >= bar if bar is not None else bool(info.get(self.spec.success_info))
-        return self.spec.obs(raw, info), float(r), bool(ok), bool(term or trunc), info
-    def close(self): self.env.close()
-
-# %% ../nbs/13b_envs.ipynb #fef25774
-class GymStep:
-    """A `GymEnv` as the lockstep loop steps every environment (lockstep chapter): `step` → (observation, reward), its
-    own success boolean (`succeeded`), `over` once the environment ends the episode (terminated or truncated)."""
-    def __init__(self, env_id: str, keys=(), **kwargs):
-        self.env, self.over, self.ok = GymEnv(env_id, keys, **kwargs), False, False
-    def reset(self, seed: int) -> dict:
-        self.over = self.ok = False
-        return self.env.reset(seed)
-    def step(self, action, render: bool = True) -> tuple:
-        o, r, self.ok, self.over, _ = self.env.step(action)
-        return o, float(r)
-    def succeeded(self, reward) -> bool:
-        "The environment's own success for the last step (its spec's info key), not a reward threshold."
-        return bool(self.ok)
-
+__all__ = ['check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout', 'watch', 'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #96aac7c5
 def check_env(policy, env_id: str, env: GymEnv | None = None, name: str = "policy", env_kwargs=None):
@@ -132,7 +54,7 @@ def env_episodes(spec, env_id: str, seeds, max_steps: int | None = None, env_kwa
     kind, policy = _load(spec)
     if kind != "policy": raise EnvError(f"{spec}: the baselines 'expert' and 'hold' are ALOHA's; {env_id} plays "
                                         "policies")
-    envs = [GymStep(env_id, policy.low_dim_keys + policy.image_keys, **(env_kwargs or {})) for _ in seeds]
+    envs = [make_env(env_id, policy.low_dim_keys + policy.image_keys, **(env_kwargs or {})) for _ in seeds]
     sample = predictor(policy, seeds[0], inference_steps, task_index, instruction)
     try: eps = play_episodes(policy, [(env_id, s) for s in seeds], 1, sample, envs,
                              int(max_steps or envs[0].env.max_steps), next(policy.parameters()).device)
@@ -228,7 +150,7 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
     """Episodes of a run or policy in `task`: a gymnasium id (`play`), else an ALOHA task (sim's `rollout`, `**kw`:
     its video and policy-class options); unset, the run's own environment or task."""
     task = rollout_task(task, task_name, run_or_policy)
-    if is_env(task):
+    if env_spec(task).gym:
         return play(run_or_policy, task, episodes, workers, seed, max_steps, env_kwargs, inference_steps, progress,
                     task_name, instruction=instruction)
     return aloha_rollout(run_or_policy, task, episodes, workers, seed, max_steps, inference_steps=inference_steps,

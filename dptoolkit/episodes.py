@@ -6,7 +6,6 @@
 from __future__ import annotations
 import collections, os
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -27,14 +26,9 @@ class Envs:
         self.made, self.width = collections.defaultdict(list), env_state_width(policy)   # a padded env_state's
         self.keys = list(policy.low_dim_keys) + list(policy.image_keys)
     def get(self, task, n):
-        from dptoolkit.environments import is_env
-        from dptoolkit.envs import GymStep
-        from dptoolkit.sim import AlohaSim
-        while len(self.made[task]) < n:
-            if is_env(task): self.made[task].append(GymStep(task, self.keys))
-            else:
-                self.made[task].append(sim := AlohaSim(task, camera=self.cam, size=self.size))
-                sim.env_state_width = self.width
+        from dptoolkit.environments import make_env
+        while len(self.made[task]) < n:   # the environments room's one maker: our simulator or gymnasium's
+            self.made[task].append(make_env(task, self.keys, self.cam, self.size, self.width))
         return self.made[task][:n]
 
 # %% ../nbs/13a_episodes.ipynb #ba700383

@@ -5,13 +5,11 @@
 # %% ../nbs/13c_meta_world.ipynb #0ea5df8e
 from __future__ import annotations
 import os, time
-from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from .environments import METAWORLD_ID, EnvError
-from .envs import GymEnv
+from .environments import METAWORLD_ID, EnvError, GymEnv
 from .store import StoreInfo, write_store
 
 # %% auto #0

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from .checkpoint import (TrainError, latest_checkpoint, load_checkpoint, lock_run, run_config, run_holder,
@@ -392,7 +391,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     """The fine-tuning run's config (the source run's, `rl.*` filled, `source` naming the checkpoint it starts from),
     every check done; a folder that holds a fine-tuning run continues it (its own settings, then `overrides`)."""
     from dptoolkit.evaluate import load_policy
-    from dptoolkit.environments import TASKS, is_env
+    from dptoolkit.environments import EnvError, check_task, env_spec
     from dptoolkit.sim import check_policy
     run, out = Path(run).absolute(), Path(out).absolute()
     if out == run: raise RLError(f"--out {out}: the fine-tuned run needs a folder of its own, not the source run's")
@@ -411,10 +410,9 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
     _check_settings(cfg.rl, nprocs)
     if old is not None: _continued_settings(old, cfg, out)
     cfg.rl.task = cfg.rl.task or _sim_task(cfg, run)
-    if cfg.rl.task not in TASKS and not is_env(cfg.rl.task):
-        raise RLError(f"rl.task={cfg.rl.task}: the simulator has {', '.join(TASKS)}, or a gymnasium id "
-                      "(gym_pusht/PushT-v0)")
-    if is_env(cfg.rl.task) and cfg.rl.method == "iterate":
+    try: spec = env_spec(check_task(cfg.rl.task))
+    except EnvError as e: raise RLError(f"rl.{e}") from None
+    if not spec.scripted and cfg.rl.method == "iterate":
         raise RLError(f"rl.task={cfg.rl.task}: expert iteration writes ALOHA episodes into the run's store; in a "
                       "gymnasium environment fine-tune with rl.method=ript")
     policy, _ = load_policy(run if old is None else Path(old.source.run), checkpoint=ckpt)
@@ -425,7 +423,7 @@ def prepare_finetune(run, out, nprocs: int = 2, overrides=()) -> "DictConfig":
         try: cfg = steered_config(cfg, hidden=int(cfg.rl.latent_hidden), std=float(cfg.rl.latent_std))
         except PolicyError as e: raise RLError(f"{run.name}: {e}") from None
     elif cfg.rl.method != "iterate": check_rl_policy(policy, run.name)   # expert iteration needs no likelihood
-    if is_env(cfg.rl.task):
+    if spec.gym:
         from dptoolkit.envs import check_env
         check_env(policy, cfg.rl.task, name=run.name)
     else: check_policy(policy, cfg.rl.task, run.name)

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from .environments import TASKS, EnvError, EnvUnstable, Plays, is_env, plays   # ALOHA's tasks: their room
+from .environments import (   # ALOHA's tasks and every spec: their room
+    TASKS, EnvError, EnvUnstable, Plays, check_task, env_spec, make_env, plays)
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
@@ -70,9 +71,9 @@ def _sim():
         mujoco, control, constants, sim, sim_end_effector, sample_box_pose, sample_insertion_pose)
 
 def _check_task(task):
-    if task not in TASKS and not is_env(task):
-        raise SimError(f"task {task!r}: expected one of {', '.join(TASKS)}, or a gymnasium id ([namespace/]Name-vN: "
-                       "gym_pusht/PushT-v0, Pendulum-v1)")
+    "The environments room's `check_task`, its refusal as the simulator's error."
+    try: check_task(task)
+    except EnvError as e: raise SimError(str(e)) from None
 
 
 
@@ -576,8 +577,7 @@ def rollout_episode(spec, task="transfer_cube", seed: int = 0, max_steps: int = 
                     seconds=time.perf_counter() - t0, unstable=False)
     cam = kind == "policy" and bool(policy.image_keys)
     size = tuple(policy.obs_encoder.image_shapes[policy.image_keys[0]][1:]) if cam else (48, 64)
-    env = AlohaSim(task, camera=cam, size=size)
-    env.env_state_width = env_state_width(policy)
+    env = make_env(task, (), cam, size, env_state_width(policy))   # the environments room's one maker
     if kind == "hold": policy, sample = _HOLD, _hold()
     else: sample = predictor(policy, seed, inference_steps, task_index, instruction)
     dev = next(policy.parameters()).device if kind == "policy" else "cpu"
@@ -672,7 +672,7 @@ def gather_episodes(futs: dict, bar, rows: list, name: str, task: str, t0: float
         e = RolloutBroken(f"rollout {name} in {task}: a worker process ended abruptly (killed, or out of memory) with "
                           f"seed(s) {', '.join(map(str, left[:8]))}{' …' if len(left) > 8 else ''} unfinished; "
                           f"{len(rows)} of {len(done) + len(left)} episodes finished and are kept; play the rest with: "
-                          f"dpt rollout RUN {'--env' if is_env(task) else '--task'} {task} {span}")
+                          f"dpt rollout RUN {env_spec(task).flag} {task} {span}")
         e.partial = part
         raise e from None
 
@@ -693,7 +693,7 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
     it as `roll`."""
     task = rollout_task(task, task_name, run_or_policy)
     if int(episodes) < 1: raise SimError(f"episodes={episodes}: a rollout plays at least one episode")
-    if is_env(task):   # the envs room plays those (above this one: it plays through this room's worker pool)
+    if env_spec(task).gym:   # the envs room plays those (above this one: it plays through this room's worker pool)
         raise SimError(f"{task} is a gymnasium environment: play it with dptoolkit.envs.rollout or envs.play "
                        f"(dpt rollout RUN --env {task})")
     max_steps = max_steps or EPISODE_STEPS

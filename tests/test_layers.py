@@ -142,6 +142,24 @@ def test_one_episode_loop_below_every_rollout():
     assert not own, f"episode loops outside the lockstep room: {own}"
 
 
+def test_the_environments_room_alone_tells_the_worlds_apart():
+    """Issue 89: which world a name belongs to (ALOHA's simulator or gymnasium) is asked of the environments room's
+    specs (`env_spec(task).gym`, `.scripted`, `.first_seed`, `.flag`), never by `is_env` outside it; and every function
+    that plays episodes through the loop gets its environments from `make_env`, constructing none itself."""
+    where, makers = [], []
+    for p in sorted(PKG.glob("*.py")):
+        if p.stem in ("_modidx", "environments"): continue
+        tree = ast.parse(p.read_text())
+        where += [f"{p.stem}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "is_env"
+                  or isinstance(n, ast.alias) and n.name == "is_env"]
+        for f in ast.walk(tree):
+            if not isinstance(f, ast.FunctionDef) or "play_episodes(" not in ast.unparse(f): continue
+            made = {c.func.id for c in ast.walk(f) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            makers += [f"{p.stem}.{f.name}: {m}" for m in made & {"AlohaSim", "GymStep", "GymEnv"}]
+    assert not where, f"is_env outside the environments room: {where}"
+    assert not makers, f"episodes played in environments made outside make_env: {makers}"
+
+
 @pytest.mark.parametrize("strategy,nprocs", [("ddp", 1), ("fsdp", 1)])
 def test_a_run_written_before_the_strategy_object_resumes(tmp_path, strategy, nprocs):
     "tests/data/runs_0.1.0 (its make.sh): written at 76abf79; resumed here, an fsdp one also at another world size."

@@ -26,7 +26,7 @@ def test_one_seed_one_scene_in_every_process(tmp_path):
     """A rollout seed names one scene: the same observation from one seed in two processes and on a second reset in
     one (Meta-World's MT1 draws its goals from NumPy's global state unless seeded; the spec seeds it)."""
     import json, subprocess, sys
-    code = ("import json; from dptoolkit.envs import GymEnv; e = GymEnv('Meta-World/MT1', ['state'], "
+    code = ("import json; from dptoolkit.environments import GymEnv; e = GymEnv('Meta-World/MT1', ['state'], "
             "env_name='pick-place-v3'); print(json.dumps([e.reset(s)['state'].tolist() for s in (7, 8, 7)]))")
     runs = [json.loads(subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
                                       check=True, cwd=tmp_path).stdout.splitlines()[-1]) for _ in range(2)]

@@ -14,7 +14,8 @@ pytest.importorskip("gym_pusht", reason="gym-pusht is not installed (pip install
 from conftest import alive, dpt, rank_processes
 from dptoolkit.config import ConfigError, for_store, select_config
 from dptoolkit.environments import PUSHT_ID, EnvError, pusht_keypoints
-from dptoolkit.envs import GymEnv, check_env, replay_pusht
+from dptoolkit.environments import GymEnv
+from dptoolkit.envs import check_env, replay_pusht
 from dptoolkit.train import train
 
 FIX = Path(__file__).parent / "data" / "pusht" / "pusht_fixture.zarr"

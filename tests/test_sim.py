@@ -157,7 +157,8 @@ def test_gym_alohas_own_registration_plays_through_the_envs_door():
     transfer-cube (its seeds place the cube as our simulator's do), qpos as `state`, reward 4 = success, score = its
     highest reward / 4."""
     from dptoolkit.environments import EnvError
-    from dptoolkit.envs import GymEnv, check_env, play
+    from dptoolkit.environments import GymEnv
+    from dptoolkit.envs import check_env, play
     from dptoolkit.policy import DiffusionPolicy
     from dptoolkit.sim import AlohaSim
     env_id = "gym_aloha/AlohaTransferCube-v0"
