@@ -20,7 +20,7 @@ from tasks import _rolled   # noqa: E402  (bench/tasks.py: a run's held-out seed
 def sources(a):
     "The three ways the same demonstrations are kept, made once into DIR: {name: path}."
     from dptoolkit.convert import convert, to_lerobot
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     d = a.dir / "transfer_cube.zarr"
     if not d.exists():
         t = time.perf_counter()

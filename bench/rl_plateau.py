@@ -28,7 +28,7 @@ from rl import BC                         # bench/rl.py's BC recipe, the one the
 
 def at_edge(seeds) -> set:
     "Those of `seeds` whose cube starts at the table's far rows or its left edge."
-    from dptoolkit.sim import AlohaSim
+    from dptoolkit.aloha import AlohaSim
     env = AlohaSim("transfer_cube")
     pos = {s: env.reset(s)["env_state"][:2] for s in seeds}
     return {s for s, (x, y) in pos.items() if y >= EDGE["y_min"] or x <= EDGE["x_max"]}
@@ -54,7 +54,7 @@ def relabelled(src, out) -> dict:
     "The --relabel stores from a round's store `src` (see the docstring), written under `out`: {name: path}."
     from concurrent.futures import ProcessPoolExecutor
     from functools import partial
-    from dptoolkit import sim
+    from dptoolkit import aloha as sim   # the simulator and its experts (the aloha chapter)
     from dptoolkit.store import open_store, write_store
     names = ("edge-only", "edge-3x", "fast-half", "expert-labels", "expert-labels-no-dart")
     paths = {n: out / f"relabel-{n}.zarr" for n in names}
@@ -101,7 +101,7 @@ def main():
     ap.add_argument("--fit", default=""); ap.add_argument("--json", type=Path)
     ap.add_argument("--bc-extra", action="append", default=[], help="a config override for --longer's BC runs")
     a = ap.parse_args()
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     a.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True)
     edge = at_edge(HELD)

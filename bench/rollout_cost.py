@@ -25,7 +25,8 @@ def render_cost(a):
     "--render: seconds per camera episode rendering every step against only the frames a window reads (same seeds)."
     import numpy as np
     import torch
-    from dptoolkit.sim import AlohaSim, _load, rollout_episode, rollout_task, task_index
+    from dptoolkit.aloha import AlohaSim
+    from dptoolkit.sim import _load, rollout_episode, rollout_task, task_index
     torch.set_num_threads(1)   # as a rollout worker samples (one core each)
     step = AlohaSim.step
     def every(self, action, render=True): return step(self, action, True)
@@ -69,7 +70,7 @@ def main():
     import torchvision  # noqa: F401  (before MuJoCo's EGL)
     from dptoolkit.config import for_store
     from dptoolkit.report import read_log, steady
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     from dptoolkit.store import describe
     from sim import recipe as sim_recipe   # bench/sim.py: one recipe for both scripts
     from dptoolkit.train import train

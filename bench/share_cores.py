@@ -63,7 +63,7 @@ def beside_workers(a):
     import torchvision  # noqa: F401  (before MuJoCo's EGL)
     from dptoolkit.config import for_store
     from dptoolkit.report import read_log, steady
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     from dptoolkit.train import train
     sys.path.insert(0, str(Path(__file__).parent))
     from sim import recipe

@@ -55,7 +55,8 @@ def main():
     a = ap.parse_args()
     from dptoolkit.config import for_store
     from dptoolkit.report import read_log
-    from dptoolkit.sim import make_demos, rollout, rollout_run, rollout_table
+    from dptoolkit.aloha import make_demos
+    from dptoolkit.sim import rollout, rollout_run, rollout_table
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-sim-"))
     t = time.perf_counter()

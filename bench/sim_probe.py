@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60, help="closed-loop steps")
     a = ap.parse_args()
     import pandas as pd, zarr
-    from dptoolkit import sim
+    from dptoolkit import aloha as sim   # the simulator and its experts (the aloha chapter)
     from dptoolkit.evaluate import load_policy
     ck = f"{a.run}/checkpoints/step_{a.checkpoint:06d}" if a.checkpoint else None
     policy, cfg = load_policy(a.run, checkpoint=ck)

@@ -27,7 +27,8 @@ def main():
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     from dptoolkit.config import for_store
-    from dptoolkit.sim import make_demos, rollout_checkpoint
+    from dptoolkit.aloha import make_demos
+    from dptoolkit.sim import rollout_checkpoint
     from dptoolkit.study import study
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-study-"))

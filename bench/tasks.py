@@ -22,7 +22,7 @@ from sim import recipe   # noqa: E402  (bench/sim.py: issue 25 / 36's training r
 
 
 def expert(task, a):
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     from dptoolkit.stats import wilson
     from dptoolkit.store import open_store
     out = Path(tempfile.mkdtemp(prefix=f"dpt-{task}-")) / "demos.zarr"
@@ -45,7 +45,7 @@ def frames(path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from dptoolkit.sim import expert_episode
+    from dptoolkit.aloha import expert_episode
     fig, ax = plt.subplots(2, 2, figsize=(8, 6))
     for i, task in enumerate(("transfer_cube", "insertion")):
         ep = expert_episode(task, 0, True, (120, 160), 400, 0.0)
@@ -60,7 +60,7 @@ def frames(path):
 
 
 def _store(a, task):
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     p = a.policies / f"{task}.zarr"
     if not p.exists():
         t = time.perf_counter()

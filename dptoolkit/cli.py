@@ -275,7 +275,7 @@ def cmd_sim_data(a):
     if a.env: return _env_demos(a)
     if a.tasks: raise CLIError("--tasks are an --env's (Meta-World/MT1); the ALOHA simulator takes one --task")
     _fork_server()   # the episode workers' server
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     size = tuple(int(v) for v in a.size.lower().split("x"))
     d = make_demos(a.task, n=a.episodes, out=a.output, camera=a.camera, size=size, workers=a.workers, seed=a.seed,
                    keep="all" if a.keep_failed else "success", overwrite=a.overwrite, progress=not a.no_progress,

@@ -24,7 +24,7 @@ class EnvUnstable(EnvError):
     """An action an environment's physics cannot take: the lockstep loop (lockstep chapter) ends that episode there as a
     failure (`unstable` in its row) and plays on."""
 
-TASKS = ("transfer_cube", "insertion", "lift_cube")   # ALOHA's, in our own simulator (sim chapter)
+TASKS = ("transfer_cube", "insertion", "lift_cube")   # ALOHA's, in our own simulator (aloha chapter)
 _GYM_ID = re.compile(r"^(?:[\w:.-]+/)?[\w:.-]+-v\d+$")   # gymnasium's ids: [namespace/]Name-vN
 
 def is_env(task) -> bool:
@@ -129,8 +129,8 @@ ENVS["gym_aloha/AlohaTransferCube-v0"] = EnvSpec(
     {"MUJOCO_GL": "egl"})
 
 ALOHA = {t: EnvSpec(t, "dptoolkit", "", ("state", "env_state", "head_camera"), None, note=(
-    f"ALOHA's {t.replace('_', '-')} in our own simulator (sim chapter): seeds 1000 … held out; the scripted expert "
-    "and hold-still play as baselines"), reward_scale=4.0, entry="dptoolkit.sim:AlohaSim", first_seed=1000,
+    f"ALOHA's {t.replace('_', '-')} in our own simulator (aloha chapter): seeds 1000 … held out; the scripted expert "
+    "and hold-still play as baselines"), reward_scale=4.0, entry="dptoolkit.aloha:AlohaSim", first_seed=1000,
     scripted=True) for t in TASKS}
 
 def env_spec(env_id: str) -> EnvSpec:
@@ -236,7 +236,7 @@ class GymStep:
 # %% ../nbs/13_environments.ipynb #37e9e731
 def make_env(task: str, keys=(), camera: bool | None = None, size=(48, 64), env_state_width=None, **kwargs):
     """One environment of `task` as the lockstep loop steps it (lockstep chapter): a `GymStep` of a gymnasium id
-    (`kwargs`: gym.make's), else its spec's `entry` (ALOHA's tasks: the sim chapter's `AlohaSim`). `keys`: the store
+    (`kwargs`: gym.make's), else its spec's `entry` (ALOHA's tasks: the aloha chapter's `AlohaSim`). `keys`: the store
     keys the policy reads; `camera` (default: whether it reads `head_camera`) and `size`: the simulator's camera;
     `env_state_width`: a padded `env_state`'s width (a merged store's widest task)."""
     spec = env_spec(check_task(task))

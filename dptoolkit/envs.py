@@ -12,9 +12,9 @@ import pandas as pd
 
 from .environments import PUSHT_ID, EnvError, GymEnv, Plays, _make, env_spec, make_env
 from .lockstep import play_episodes, predictor   # the one episode loop every rollout plays
-from dptoolkit.sim import (
-    RolloutResult, _bar, _load, _load_path, _pool, gather_episodes, recorded, rollout_task, run_instruction,
-    task_index)
+from .aloha import _bar, _pool   # the episode workers (the aloha chapter's pool)
+from .sim import (
+    RolloutResult, _load, _load_path, gather_episodes, recorded, rollout_task, run_instruction, task_index)
 from .sim import rollout as aloha_rollout
 
 # %% auto #0

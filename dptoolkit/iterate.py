@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from .checkpoint import latest_checkpoint, load_checkpoint, lock_run, trim_log, write_checkpoint
 from .episodes import RLError, Envs, _all_reduce, _join
 from .lockstep import play_episodes   # the one episode loop
-from .sim import ARM_JOINTS, DART_RHO
+from .aloha import ARM_JOINTS, DART_RHO
 from .stats import wilson
 
 # %% auto #0
@@ -34,7 +34,7 @@ def round_states(rl, r: int, rank: int, world: int) -> list:
 def smooth_noise(sample, sigma: float, generator, rho: float = DART_RHO, keep: str = "executed"):
     """`sample(obs, active)` (`play_episodes`') with each episode's arm-joint actions plus AR(1) noise of stationary
     std `sigma` and correlation time 1 / (1 − `rho`) steps, carried from one chunk to the next (`dpt sim-data
-    --noise`'s noise: the sim chapter's `ARM_JOINTS`, `DART_RHO`); `keep="clean"`: also the chunk before the noise,
+    --noise`'s noise: the aloha chapter's `ARM_JOINTS`, `DART_RHO`); `keep="clean"`: also the chunk before the noise,
     for the trace (DART's label). One per `play_episodes` call: the noise is by index."""
     state, c = {}, sigma * math.sqrt(1 - rho ** 2)
     def noisy(obs, active):

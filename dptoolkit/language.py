@@ -83,20 +83,24 @@ class Encoder:
     max_tokens: int = 32
 
     def encode(self, texts, batch: int = 64) -> tuple:
-        "→ (pooled (N, D) L2-normalised float32, tokens (N, L, D) float32, mask (N, L) bool), L ≤ `max_tokens`."
+        """→ (pooled (N, D) L2-normalised float32, tokens (N, max_tokens, D) float32, mask (N, max_tokens) bool). The
+        texts are read in batches of similar length, each padded to its own longest rather than to `max_tokens`:
+        masked positions change nothing the mask keeps, yet cost the model as much as words do."""
         import torch
-        pooled, toks, masks = [], [], []
+        texts, L = [str(x) for x in texts], self.max_tokens
+        n = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=L)["input_ids"]] if texts else []
+        order = sorted(range(len(texts)), key=n.__getitem__)
+        pooled, toks = torch.zeros(len(texts), self.dim), torch.zeros(len(texts), L, self.dim)
+        masks = torch.zeros(len(texts), L, dtype=torch.bool)
         for i in range(0, len(texts), batch):
-            t = self.tokenizer(list(texts[i:i + batch]), padding="max_length", truncation=True,
-                               max_length=self.max_tokens, return_tensors="pt")
+            idx = order[i:i + batch]
+            t = self.tokenizer([texts[k] for k in idx], padding="longest", truncation=True, max_length=L,
+                               return_tensors="pt")
             with torch.no_grad(): h = self.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"])[0]
-            m = t["attention_mask"].unsqueeze(-1).float()
-            p = (h * m).sum(1) / m.sum(1).clamp(min=1)
-            pooled.append(torch.nn.functional.normalize(p, dim=-1))
-            toks.append(h * m)
-            masks.append(t["attention_mask"].bool())
-        return (torch.cat(pooled).numpy().astype(np.float32), torch.cat(toks).numpy().astype(np.float32),
-                torch.cat(masks).numpy())
+            m, w = t["attention_mask"].unsqueeze(-1).float(), t["attention_mask"].shape[1]
+            pooled[idx] = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1), dim=-1)
+            toks[idx, :w], masks[idx, :w] = h * m, t["attention_mask"].bool()
+        return pooled.numpy(), toks.numpy(), masks.numpy()
 
 
 # %% ../nbs/03c_language.ipynb #606dbc26

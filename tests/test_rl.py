@@ -14,7 +14,7 @@ from conftest import ROOT, dpt
 from dptoolkit.checkpoint import lock_run, unlock_run
 from dptoolkit.config import for_store
 from dptoolkit.rl import RLError, finetune, prepare_finetune, rl_log
-from dptoolkit.sim import make_demos
+from dptoolkit.aloha import make_demos
 from dptoolkit.train import train
 
 TINY = ["rl.states=1", "rl.group=2", "rl.pool=2", "rl.max_steps=18", "rl.epochs=1", "rl.minibatches=2",

@@ -16,7 +16,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory):
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     d = tmp_path_factory.mktemp("demos")
     return make_demos("transfer_cube", n=3, out=d / "demos.zarr", workers=1, progress=False).info.path
 

@@ -33,7 +33,7 @@ def test_sim_data_writes_a_store_the_toolkit_trains_on(sim_run):
     assert (sim_run / "run" / "result.json").exists()
     # issue 80: each episode carries its task's seen phrasings, the unseen ones are held out apart; dpt inspect says so
     from dptoolkit.language import episode_instructions, held_out_instructions
-    from dptoolkit.sim import PHRASINGS
+    from dptoolkit.aloha import PHRASINGS
     seen, unseen = PHRASINGS["transfer_cube"]
     assert episode_instructions(info) == [seen, seen] and held_out_instructions(info) == {"transfer_cube": unseen}
     out = dpt("inspect", sim_run / "demos.zarr", check=0).stdout
@@ -55,7 +55,8 @@ def test_rollout_policy_and_baselines_on_recorded_seeds(sim_run, tmp_path):
 
 def test_action_dimension_mismatch_is_refused_before_any_episode(tmp_path):
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.sim import SimError, rollout
+    from dptoolkit.aloha import SimError
+    from dptoolkit.sim import rollout
     p = DiffusionPolicy(16, {"state": (16,)}, down_dims=(16, 32))
     with pytest.raises(SimError, match="acts in 16 dimensions, transfer_cube takes 14"): rollout(p, episodes=1, progress=False)
 
@@ -68,7 +69,7 @@ def test_missing_simulator_and_failing_renderer_say_what_to_do(tmp_path):
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         "dpt: error: the simulator needs gym-aloha (MuJoCo + dm_control): pip install 'dptoolkit[sim]' (missing: gym_aloha)"], r.stderr
     env = {**os.environ, "MUJOCO_GL": "osmesa"}    # osmesa cannot start on this machine
-    code = "from dptoolkit.sim import AlohaSim\ne = AlohaSim(camera=True)\ne.reset(0)"
+    code = "from dptoolkit.aloha import AlohaSim\ne = AlohaSim(camera=True)\ne.reset(0)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "MUJOCO_GL=osmesa" in r.stderr and "libegl1" in r.stderr, r.stderr[-2000:]
 
@@ -76,7 +77,8 @@ def test_missing_simulator_and_failing_renderer_say_what_to_do(tmp_path):
 def test_insertion_expert_store_and_rollouts_in_their_own_task(tmp_path):
     "Issue 67: the second task — its expert reaches reward 4, its store, and a run of it rolls out in insertion."
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.sim import SimError, check_policy, make_demos, recorded, rollout
+    from dptoolkit.aloha import SimError, make_demos
+    from dptoolkit.sim import check_policy, recorded, rollout
     d = make_demos("insertion", n=1, out=tmp_path / "ins.zarr", workers=1, progress=False, seed=4)
     assert d.success == [True] and describe(tmp_path / "ins.zarr").arrays["env_state"].shape == (400, 14)
     cfg = for_store(tmp_path / "ins.zarr", name="test", overrides=["task.dataset.obs_keys=[state,env_state]",
@@ -96,7 +98,8 @@ def test_insertion_expert_store_and_rollouts_in_their_own_task(tmp_path):
 def test_a_task_name_chooses_the_environment_of_a_task_conditioned_policy():
     "Issue 67: --task-name of a policy told its task picks the simulator task of that name; a name it lacks: one line."
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.sim import SimError, rollout, rollout_task
+    from dptoolkit.aloha import SimError
+    from dptoolkit.sim import rollout, rollout_task
     p = DiffusionPolicy(14, {"state": (14,)}, down_dims=(16, 32), task_embed_dim=4,
                         task_names=["transfer_cube", "insertion"])
     for name in ("insertion", "transfer_cube"):
@@ -110,7 +113,7 @@ def test_a_task_name_chooses_the_environment_of_a_task_conditioned_policy():
 def test_two_simulator_tasks_merge_into_a_store_named_by_their_tasks(tmp_path):
     "Issue 67: env_state differs in size across the tasks (7 / 14): merge names it and the keys it can take instead."
     from dptoolkit.merge import MergeError, merge
-    from dptoolkit.sim import make_demos
+    from dptoolkit.aloha import make_demos
     for t in ("transfer_cube", "insertion"):
         make_demos(t, n=1, out=tmp_path / f"{t[:4]}.zarr", workers=1, progress=False)
     with pytest.raises(MergeError, match=r"data/env_state has shape \(\*, 14\), expected \(\*, 7\).*--keys action,state"):
@@ -160,7 +163,7 @@ def test_gym_alohas_own_registration_plays_through_the_envs_door():
     from dptoolkit.environments import GymEnv
     from dptoolkit.envs import check_env, play
     from dptoolkit.policy import DiffusionPolicy
-    from dptoolkit.sim import AlohaSim
+    from dptoolkit.aloha import AlohaSim
     env_id = "gym_aloha/AlohaTransferCube-v0"
     env = GymEnv(env_id, ["state"])
     o = env.reset(7)
