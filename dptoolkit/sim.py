@@ -138,10 +138,22 @@ def _task_episodes(store, task) -> set | None:
     eps = episodes(store)   # the store chapter's table: each episode's task name
     return set(eps.episode[eps.task_name == task].tolist())
 
+def _said_elsewhere(store, text, row, per, task, name):
+    "One warning line (stderr) when the store's instruction `row` is said in a task none of whose episodes carry it."
+    from dptoolkit.store import describe
+    mine = _task_episodes(store, task)
+    if mine is None or any(row in per[i] for i in mine): return
+    owners = [t for t in describe(store).task_names if any(row in per[i] for i in _task_episodes(store, t))]
+    print(f"{name}: --instruction {text!r} is the store's instruction of {', '.join(owners)}; warning: this rollout "
+          f"plays {task}, and the policy will likely act on it as {owners[0]}", file=sys.stderr, flush=True)
+
+# %% ../nbs/13_sim.ipynb #d773e49c
 def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> tuple:
     """(the instruction said, its embedding (D,) float32, or its packed tokens for a policy that attends to them) for a
     rollout of `policy` (from `run`) in `task`; (None, None) if none. Without `text`: the most used instruction of the
-    store's episodes of `task` (all episodes when the store does not name it)."""
+    store's episodes of `task` (all episodes when the store does not name it). A `text` the store holds reads its
+    stored embedding (no encoder loaded); a new one is encoded once by the run's encoder, said how it reads, and kept
+    in the run's instructions.json."""
     D, L = int(getattr(policy, "language_dim", 0) or 0), int(getattr(policy, "language_tokens", 0) or 0)
     if not D:
         if text is not None:
@@ -156,12 +168,17 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
     try: cfg = run_config(run) if isinstance(run, (str, Path)) else None
     except (TrainError, OSError): cfg = None
     if cfg is None: raise SimError(f"{name}: this policy reads an instruction: roll out its run folder")
-    if text is None:   # the most used instruction of the task's episodes, from the stored embeddings
-        E, per = instruction_table(cfg.task.dataset.zarr_path, tokens=bool(L))
-        mine = _task_episodes(cfg.task.dataset.zarr_path, task)
+    store = cfg.task.dataset.zarr_path
+    stored = list((embedded(store) or {}).get("instructions") or [])
+    if text is None or text in stored:   # the store's own: its stored embedding, as the policy trained on it
+        E, per = instruction_table(store, tokens=bool(L))
+        if text is not None:
+            _said_elsewhere(store, text, stored.index(text), per, task, name)
+            return text, E[stored.index(text)].astype(np.float32)
+        mine = _task_episodes(store, task)   # else the most used instruction of the task's episodes
         rows = [r[0] for i, r in enumerate(per) if r and (mine is None or i in mine)] or [r[0] for r in per if r]
         row = max(set(rows), key=rows.count)
-        return embedded(cfg.task.dataset.zarr_path)["instructions"][row], E[row].astype(np.float32)
+        return stored[row], E[row].astype(np.float32)
     rec = dict(cfg.policy.language_encoder or {})
     cache, key = Path(run) / "instructions.json", str(rec.get("sha256", "")) + (f"+tokens{L}" if L else "")
     known = json.loads(cache.read_text()) if cache.exists() else {}
@@ -175,7 +192,7 @@ def run_instruction(run, policy, text=None, name: str = "policy", task=None) -> 
     if n > enc.max_tokens:     # the encoder reads a budget of tokens: say what it cuts, before any episode plays
         print(f"{name}: --instruction is {n} tokens; {enc.name} reads its first {enc.max_tokens}, the rest is cut",
               file=sys.stderr, flush=True)
-    say_reading(cfg.task.dataset.zarr_path, text, enc, task, name)   # before any episode plays
+    say_reading(store, text, enc, task, name)   # before any episode plays
     pooled, toks, mask = enc.encode([text])
     v = pack_tokens(toks, mask)[0] if L else pooled[0]
     known.setdefault(key, {})[text] = v.tolist()

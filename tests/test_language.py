@@ -162,10 +162,20 @@ def test_a_rollout_in_a_task_is_told_that_tasks_instruction(tmp_path, capsys):
     said = {t: run_instruction(run, pol, None, "run", t)[0] for t in m.task_names}
     assert said == dict(zip(m.task_names, ["transfer the cube", "hand over the block"])), said
     assert run_instruction(run, pol, None, "run", "gym_pusht/PushT-v0")[0] in WORDS    # a task the store does not name
-    said = run_instruction(run, pol, "hand over the block", "run", m.task_names[0])        # issue 90: at the door,
-    err = capsys.readouterr().err                                                        # its reading, before it plays
-    assert said[0] == "hand over the block" and f"reads as {m.task_names[1]}" in err, err
-    assert f"warning: this rollout plays {m.task_names[0]}, and the policy will likely act on it as" in err, err
+    said = run_instruction(run, pol, "pass the cube to the left arm", "run", m.task_names[0])   # issue 90: a new
+    err = capsys.readouterr().err                                                    # one's reading, before it plays
+    assert said[0] == "pass the cube to the left arm" and "--instruction 'pass the cube to the left arm' reads as" in err
+    assert (run / "instructions.json").exists()                                      # encoded once, kept
+    E, _ = instruction_table(m.path)               # one of the store's own: its stored embedding, as trained, no
+    said, v = run_instruction(run, pol, "transfer the cube", "run", m.task_names[0])   # encoder loaded, no word
+    assert np.array_equal(v, E[embedded(m.path)["instructions"].index("transfer the cube")])
+    assert capsys.readouterr().err == ""
+    said = run_instruction(run, pol, "hand over the block", "run", m.task_names[0])   # another task's, said here:
+    err = capsys.readouterr().err                                                     # the warning, before it plays
+    assert f"'hand over the block' is the store's instruction of {m.task_names[1]}; warning: this rollout plays " \
+           f"{m.task_names[0]}, and the policy will likely act on it as {m.task_names[1]}" in err, err
+    kept = json.loads((run / "instructions.json").read_text())                         # the run keeps only the new
+    assert [sorted(v) for v in kept.values()] == [["pass the cube to the left arm"]], kept
 
 
 def test_a_transformer_attends_to_the_instructions_tokens(tmp_path):
