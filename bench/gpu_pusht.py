@@ -109,11 +109,10 @@ def main():
     print(f"compile={a.compile} bf16: {r['samples_per_s']:,.0f} samples/s, data share {r['data_share']:.1%}, {r['steps']} steps "
           f"in {wall:.0f} s, loss {r['loss'][0]:.3f} → {r['loss'][1]:.3f}; recipe ≈ {r['recipe_gpu_hours']:.1f} "
           f"GPU-hours; {banner}", flush=True)
-    from dptoolkit.envs import rollout
-    from dptoolkit.sim import rollout_checkpoint
+    from dptoolkit.success import rollout_checkpoint   # through the one door
     ck = max((out / "trained").glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[-1]))
     t = time.perf_counter()
-    rec = rollout_checkpoint(ck, "gym_pusht/PushT-v0", a.episodes, 100000, a.workers, roll=rollout)
+    rec = rollout_checkpoint(ck, "gym_pusht/PushT-v0", a.episodes, 100000, a.workers)
     res["score"] = {k: rec[k] for k in ("score", "score_low", "score_high", "success", "success_low", "success_high")}
     res["score"].update(step=int(ck.name.split("_")[-1]), rollout_s=time.perf_counter() - t, episodes=a.episodes)
     print(f"step {res['score']['step']}: score {rec['score']:.3f} [{rec['score_low']:.3f}–{rec['score_high']:.3f}], "

@@ -65,8 +65,7 @@ def _scored(run) -> dict:
 
 def score(a):
     import numpy as np
-    from dptoolkit.envs import rollout
-    from dptoolkit.sim import rollout_checkpoint
+    from dptoolkit.success import rollout_checkpoint   # through the one door
     from dptoolkit.stats import wilson
     rows = []
     for run in sorted(p for p in Path(a.score).iterdir() if (p / "logs.jsonl").exists()):
@@ -75,7 +74,7 @@ def score(a):
             step = int(ck.name.split("_")[-1])
             if step in have: continue
             t = time.perf_counter()
-            rec = rollout_checkpoint(ck, PUSHT, a.episodes, 100000, a.workers, roll=rollout)   # the envs door
+            rec = rollout_checkpoint(ck, PUSHT, a.episodes, 100000, a.workers)
             print(f"{run.name} step {step}: score {rec['score']:.3f} [{rec['score_low']:.3f}–{rec['score_high']:.3f}], "
                   f"success {rec['success']:.0%} [{rec['success_low']:.0%}–{rec['success_high']:.0%}] "
                   f"({time.perf_counter() - t:.0f} s)", flush=True)

@@ -56,7 +56,8 @@ def main():
     from dptoolkit.config import for_store
     from dptoolkit.report import read_log
     from dptoolkit.aloha import make_demos
-    from dptoolkit.sim import rollout, rollout_run, rollout_table
+    from dptoolkit.sim import rollout, rollout_table
+    from dptoolkit.success import rollout_run
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-sim-"))
     t = time.perf_counter()

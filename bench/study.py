@@ -28,7 +28,7 @@ def main():
     a = ap.parse_args()
     from dptoolkit.config import for_store
     from dptoolkit.aloha import make_demos
-    from dptoolkit.sim import rollout_checkpoint
+    from dptoolkit.success import rollout_checkpoint
     from dptoolkit.study import study
     from dptoolkit.train import train
     out = a.out or Path(tempfile.mkdtemp(prefix="dpt-study-"))

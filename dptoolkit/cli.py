@@ -301,7 +301,8 @@ def cmd_rollout(a):
     _fork_server()   # the episode workers' server
     from dptoolkit.envs import env_kwargs, rollout, steps_note   # the one door: ALOHA's tasks and gymnasium's
     from dptoolkit.environments import env_spec
-    from dptoolkit.sim import RolloutBroken, rollout_run, rollout_table, rollout_task, rollout_tasks
+    from dptoolkit.sim import RolloutBroken, rollout_table, rollout_task, rollout_tasks
+    from dptoolkit.success import rollout_run   # each checkpoint, through the one door
     tasks = rollout_tasks(a.run, a.tasks, every=a.every is not None and not (a.task or a.task_name))   # or None
     if a.env and a.task: raise CLIError(f"--env {a.env} and --task {a.task}: give one environment")
     a.task = rollout_task(a.env or a.task, a.task_name, a.run)  # --env/--task, else --task-name's, else the run's
@@ -316,7 +317,7 @@ def cmd_rollout(a):
                        "trained (policy.num_inference_steps)")
     if a.every is not None:
         recs = rollout_run(a.run, a.every, a.task, a.episodes, a.seed, a.workers, progress=not a.json,
-                           max_steps=a.max_steps, tasks=tasks, roll=rollout)
+                           max_steps=a.max_steps, tasks=tasks)
         if a.json: print(recs.to_json(orient="records", indent=1))
         return
     if a.steps and (note := steps_note(a.run, a.steps)): print(f"note: {note}", file=sys.stderr)

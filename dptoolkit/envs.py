@@ -18,7 +18,7 @@ from .sim import (
 from .sim import rollout as aloha_rollout
 
 # %% auto #0
-__all__ = ['check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout', 'watch', 'replay_pusht']
+__all__ = ['check_env', 'env_episodes', 'env_episode', 'play', 'env_kwargs', 'steps_note', 'rollout', 'replay_pusht']
 
 # %% ../nbs/13b_envs.ipynb #96aac7c5
 def check_env(policy, env_id: str, env: GymEnv | None = None, name: str = "policy", env_kwargs=None):
@@ -155,17 +155,6 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
                     task_name, instruction=instruction)
     return aloha_rollout(run_or_policy, task, episodes, workers, seed, max_steps, inference_steps=inference_steps,
                          progress=progress, task_name=task_name, instruction=instruction, **kw)
-
-def watch(run: str, every: int, task: str, tasks=None, episodes: int = 20, seed: int = 100000, workers=None,
-          parent: int | None = None):
-    """The rollout watcher's process (`eval.rollout_every`: the watcher chapter starts it by path): each checkpoint of
-    `run` rolled out through this door as it appears (the sim chapter's `watch_rollouts`), a line each in
-    rollouts.log, until the run's last step or `parent`'s end."""
-    from dptoolkit.processes import start_forkserver
-    from dptoolkit.sim import watch_rollouts
-    start_forkserver(fork=True)   # the episode workers' server, forked from this process
-    watch_rollouts(run, every, task, episodes, seed, workers, parent, log=lambda m: print(m, flush=True), tasks=tasks,
-                   roll=rollout)
 
 # %% ../nbs/13b_envs.ipynb #0d74aa8b
 def replay_pusht(store, episodes=None, tol: float = 1e-3) -> pd.DataFrame:

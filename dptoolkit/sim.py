@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_sim.ipynb #72019904
 from __future__ import annotations
-import json, os, shutil, sys, time
+import json, os, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,13 +14,13 @@ import pandas as pd
 
 from .aloha import (   # the simulator, its experts, its worker pool (aloha chapter)
     ENV_STATE, EPISODE_STEPS, SUCCESS_REWARD, SimError, _bar, _check_task, _pool, _sim, expert_episode)
-from .environments import TASKS, EnvError, Plays, env_spec, make_env, plays   # every spec: their room
+from .environments import TASKS, Plays, env_spec, make_env, plays   # every spec: their room
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 
 # %% auto #0
 __all__ = ['SIM_OBS', 'check_policy', 'rollout_task', 'recorded', 'rollout_tasks', 'task_index', 'env_state_width',
            'run_instruction', 'say_reading', 'rollout_episode', 'RolloutResult', 'rollout_table', 'RolloutBroken',
-           'gather_episodes', 'rollout', 'snapshot', 'rollout_checkpoint', 'watch_rollouts', 'rollout_run']
+           'gather_episodes', 'rollout']
 
 # %% ../nbs/13_sim.ipynb #301da174
 _POLICY = {}   # worker process: the loaded policy, by spec
@@ -359,8 +359,7 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
     action chunk in that many steps instead of the policy's own `num_inference_steps` (the result records which).
     `task` (the environment): unset, a `task_name` the simulator has, else the environment the run records (`eval.env`)
     or the task its store was recorded in. A gymnasium id (`gym_pusht/PushT-v0`) is the envs chapter's: its
-    `rollout` is the one door for both (`dpt rollout`); `rollout_checkpoint`, `rollout_run` and `watch_rollouts` take
-    it as `roll`."""
+    `rollout` is the one door for both (`dpt rollout`), and the success chapter's checkpoint rollouts go through it."""
     task = rollout_task(task, task_name, run_or_policy)
     if int(episodes) < 1: raise SimError(f"episodes={episodes}: a rollout plays at least one episode")
     if env_spec(task).gym:   # the envs room plays those (above this one: it plays through this room's worker pool)
@@ -401,114 +400,3 @@ def rollout(run_or_policy, task=None, episodes: int = 10, workers=None, seed: in
     df = pd.DataFrame(rows).sort_values("seed").reset_index(drop=True).assign(task=task)
     if said is not None: df = df.assign(instruction=said)
     return RolloutResult(name, df, list(vids.values()), time.perf_counter() - t0, n, steps)
-
-# %% ../nbs/13_sim.ipynb #e67088ec
-def snapshot(ckpt) -> Path:
-    "Hard links of a checkpoint's files in `RUN/rollouts/<name>` (copies across file systems)."
-    ckpt = Path(ckpt)
-    dst = ckpt.parents[1] / "rollouts" / ckpt.name
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in ckpt.iterdir():
-        if (dst / f.name).exists(): continue
-        try: os.link(f, dst / f.name)
-        except OSError: shutil.copy2(f, dst / f.name)
-    return dst
-
-def rollout_checkpoint(ckpt, task="transfer_cube", episodes: int = 20, seed: int = 100000, workers=None,
-                       progress: bool = False, max_steps: int | None = None, tasks=None, roll=None) -> dict:
-    """Roll out one checkpoint's EMA policy (`RUN/checkpoints/step_N`) and append its success record to the run's
-    `logs.jsonl` (and `eval/success` to TensorBoard when the run logs there); returns the record. `tasks`: several
-    simulator tasks, `episodes` each (a task-conditioned policy told each one's name): one record, success pooled over
-    them and per task under `tasks`."""
-    ckpt = Path(ckpt).absolute()
-    run, snap, names = ckpt.parents[1], snapshot(ckpt), list(tasks or [task])
-    told = _policy_task_names(run)
-    try:
-        info = json.loads((snap / "info.json").read_text()) if (snap / "info.json").exists() else {}
-        per = {t: (roll or rollout)(str(snap), t, episodes=episodes, workers=workers, seed=seed, max_steps=max_steps,
-                          progress=progress, task_name=t if t in told else None) for t in names}
-    finally: shutil.rmtree(snap, ignore_errors=True)
-    eps = pd.concat([r.episodes for r in per.values()], ignore_index=True)
-    k, n = int(eps["success"].sum()), len(eps)
-    lo, hi = wilson(k, n)
-    rec = dict(kind="rollout", step=int(info.get("step", ckpt.name.split("_")[-1])), train_s=info.get("train_s"),
-               success=k / n, success_low=lo, success_high=hi, episodes=n, seeds=[seed, seed + episodes - 1],
-               mean_return=float(eps["ret"].mean()), task=names[0] if len(names) == 1 else names,
-               unstable=sum(r.summary()["unstable"] for r in per.values()),
-               rollout_s=sum(r.wall_s for r in per.values()), time=time.time(),
-               outcomes=[int(x) for x in eps["success"]])   # per seed (task by task), in order: paired comparisons
-    if "score" in eps:   # a gymnasium environment's (envs chapter): the mean of the episodes' highest rewards
-        rec.update(score=float(eps["score"].mean()), score_low=_score_ci(eps["score"])[0],
-                   score_high=_score_ci(eps["score"])[1])
-    if len(names) > 1:
-        rec["tasks"] = {t: dict(success=r.success_rate, success_low=r.ci[0], success_high=r.ci[1],
-                                successes=int(r.episodes["success"].sum()), episodes=len(r.episodes))
-                        for t, r in per.items()}
-    with open(run / "logs.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")      # one write: whole lines
-    _tensorboard(run, rec)
-    return rec
-
-def _tensorboard(run: Path, rec: dict):
-    "`eval/success` in the run folder's TensorBoard events, when the run logs to TensorBoard."
-    try: on = "tensorboard: true" in (run / "config.yaml").read_text()
-    except OSError: on = False
-    if not on: return
-    from torch.utils.tensorboard import SummaryWriter
-    with SummaryWriter(str(run), filename_suffix=".rollouts") as tb:
-        tb.add_scalar("eval/success", rec["success"], rec["step"])
-
-# %% ../nbs/13_sim.ipynb #515ee759
-def _policy_task_names(run) -> list:
-    "The task names a run's task-conditioned policy knows (its config's policy.task_names), else []."
-    from dptoolkit.checkpoint import TrainError, run_config
-    try: p = run_config(run).policy
-    except (TrainError, OSError, AttributeError): return []
-    return list(p.get("task_names") or []) if int(p.get("task_embed_dim") or 0) else []
-
-def _success_line(rec) -> str:
-    pct = lambda r: f"{r['success']:.0%} [{r['success_low']:.0%}–{r['success_high']:.0%}]"
-    each = "; " + ", ".join(f"{t} {pct(r)}" for t, r in rec["tasks"].items()) if rec.get("tasks") else ""
-    score = f", score {rec['score']:.3f} [{rec['score_low']:.3f}–{rec['score_high']:.3f}]" if "score" in rec else ""
-    return f"success {pct(rec)}{score} over {rec['episodes']} episodes{each}"
-
-def watch_rollouts(run, every: int, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000,
-                   workers=None, parent=None, poll_s: float = 1.0, log=print, tasks=None, roll=None) -> list:
-    """Roll out each new checkpoint of `run` at a multiple of `every` steps, and the final one, as they appear (the
-    newest first: never a queue); returns the records. Ends after the final checkpoint's rollout (the run writes
-    `RUN/.rollouts-done`) or when process `parent` has exited."""
-    from dptoolkit.processes import pid_alive
-    run, seen, recs = Path(run), set(), []
-    while True:
-        done = run / ".rollouts-done"
-        final = int(done.read_text().strip() or -1) if done.exists() else None
-        latest = run / "checkpoints" / "latest"
-        name = latest.read_text().strip() if latest.exists() else ""
-        step = int(name.split("_")[-1]) if name else None
-        if step is not None and step not in seen and (step % every == 0 or step == final):
-            seen.add(step)
-            try: recs.append(rollout_checkpoint(run / "checkpoints" / name, task, episodes, seed, workers,
-                                                tasks=tasks, roll=roll))
-            except (FileNotFoundError, EnvError) as e: log(f"rollout of {name} skipped: {e}")
-            else: log(f"step {step}: {_success_line(recs[-1])}")
-            continue
-        if final is not None and (final in seen or step is None or step <= max(seen, default=-1)): return recs
-        if not pid_alive(parent): return recs
-        time.sleep(poll_s)
-
-# %% ../nbs/13_sim.ipynb #ce9627d6
-def rollout_run(run, every=None, task: str = "transfer_cube", episodes: int = 20, seed: int = 100000, workers=None,
-                progress: bool = True, max_steps: int | None = None, tasks=None, roll=None) -> pd.DataFrame:
-    "Roll out each saved checkpoint of `run` (those at multiples of `every` steps), appending its record; → records."
-    ck = sorted(Path(run).glob("checkpoints/step_*"), key=lambda p: int(p.name.split("_")[-1]))
-    ck = [p for p in ck if p.is_dir() and (not every or int(p.name.split("_")[-1]) % every == 0)]
-    if not ck: raise SimError(f"{run}: no saved checkpoint" + (f" at a multiple of {every} steps" if every else ""))
-    recs = []
-    for p in ck:
-        try: recs.append(rollout_checkpoint(p, task, episodes, seed, workers, max_steps=max_steps, tasks=tasks,
-                                            roll=roll))
-        except Exception as e:   # deleted meanwhile (training.keep_checkpoints, by hand): the rest go on
-            if p.exists() and (p / "model.safetensors").exists(): raise
-            print(f"{p.name}: skipped: deleted while this rollout ran ({type(e).__name__})", flush=True)
-            continue
-        if progress: print(f"{p.name}: {_success_line(recs[-1])}", flush=True)
-    return pd.DataFrame(recs)

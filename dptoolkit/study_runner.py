@@ -42,12 +42,11 @@ def _measure(rd: Path, cfg, m: dict) -> dict:
     if m.get("sim"):
         recs = _rollouts(rd)
         if not recs or recs[-1]["step"] != cfg.training.max_steps or "outcomes" not in recs[-1]:
-            from dptoolkit.envs import rollout   # resumed after its training ended: the final one now, through the
-            from dptoolkit.sim import rollout_checkpoint   # envs chapter's door (ALOHA tasks and gymnasium ids)
+            from dptoolkit.success import rollout_checkpoint   # resumed after its training ended: the final one now
             several = isinstance(m["sim"], list)
             recs.append(rollout_checkpoint(rd / "checkpoints" / (rd / "checkpoints" / "latest").read_text().strip(),
                                            None if several else m["sim"], ro["episodes"], ro["seed"], ro["workers"],
-                                           tasks=m["sim"] if several else None, roll=rollout))
+                                           tasks=m["sim"] if several else None))
         last = recs[-1]
         return dict(success=last["success"], outcomes=last["outcomes"], rollout_seed=ro["seed"],
                     curve=[[r["step"], r.get("train_s"), r["success"]] for r in recs],

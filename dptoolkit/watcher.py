@@ -44,7 +44,7 @@ def check_rollouts(cfg, info):
                              f"simulator does not give in closed loop (it gives {', '.join(keys)})")
 
 # %% ../nbs/05e_watcher.ipynb #f47d8084
-WATCHER = "dptoolkit.envs:watch"   # found by its path, as the packaged policy is: the loop imports no simulator
+WATCHER = "dptoolkit.success:watch"   # found by its path, as the packaged policy is: the loop imports no simulator
 
 def start_rollouts(R):
     """Rank 0 of a run with `eval.rollout_every`: the watcher (`WATCHER`) in a process of its own beside the ranks, its

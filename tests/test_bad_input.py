@@ -794,7 +794,7 @@ def _(tmp):
 
 @row("X14", "CLI", "a checkpoint deleted while `dpt rollout RUN --every` rolls out the run's checkpoints", "step_…: skipped: deleted while this rollout ran (…) — the other checkpoints are rolled out")
 def _(tmp, finished, capsys):
-    from dptoolkit.sim import rollout_run
+    from dptoolkit.success import rollout_run
     rd = _copy(finished[0], tmp / "r")
     for f in (rd / "checkpoints/step_000002").iterdir(): f.unlink()       # half-way through its deletion
     recs = rollout_run(rd, episodes=1, workers=1, max_steps=5, progress=False)

@@ -157,7 +157,7 @@ def test_a_dead_watcher_is_said_and_recorded(demos, tmp_path):
         watcher, t0 = None, time.time()
         while watcher is None and time.time() - t0 < 180 and p.poll() is None:
             for c in psutil.Process(p.pid).children(recursive=True):
-                try: watcher = c if "dptoolkit.envs:watch" in c.cmdline() else watcher
+                try: watcher = c if "dptoolkit.success:watch" in c.cmdline() else watcher
                 except psutil.NoSuchProcess: pass
             time.sleep(0.2)
         assert watcher is not None, p.communicate()[0][-2000:]
