@@ -25,8 +25,8 @@ from .transformer import TransformerDenoiser, param_groups
 # %% auto #0
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'POOLS', 'SinusoidalPosEmb', 'Conv1dBlock', 'ConditionalResBlock1D', 'Downsample1d',
            'Upsample1d', 'ConditionalUnet1D', 'load_weights', 'replace_batchnorm', 'SpatialSoftmax', 'resnet18',
-           'SmallCNN', 'ObsEncoder', 'obs_shapes', 'DiffusionPolicy', 'offset_specs', 'task_conditioning',
-           'language_conditioning']
+           'SmallCNN', 'ObsEncoder', 'obs_shapes', 'language_noise_sigma', 'DiffusionPolicy', 'offset_specs',
+           'task_conditioning', 'language_conditioning']
 
 # %% ../nbs/04_policy.ipynb #e343b199
 class SinusoidalPosEmb(nn.Module):
@@ -355,6 +355,17 @@ def obs_shapes(cfg) -> dict:
                                 "store")
     return out
 
+# %% ../nbs/04_policy.ipynb #4f313a22
+def language_noise_sigma(noise, dim: int) -> float:
+    "σ per value of `policy.language_noise` for an embedding of `dim` values: a number as given; auto, 0.05·√(384/dim)."
+    if not dim: return 0.0
+    if noise == "auto": return 0.05 * math.sqrt(384 / int(dim))
+    try: v = float(noise or 0)
+    except (TypeError, ValueError): v = float("nan")
+    if not (v >= 0 and math.isfinite(v)):
+        raise PolicyError(f"policy.language_noise={noise!r}: expected auto or a number ≥ 0 (σ per embedding value)")
+    return v
+
 # %% ../nbs/04_policy.ipynb #dbd941ca
 class DiffusionPolicy(nn.Module):
     "Diffusion Policy: observation encoder + conditional 1-D U-Net; `forward(batch)` is the training loss."
@@ -393,7 +404,7 @@ class DiffusionPolicy(nn.Module):
         self.language_proj = nn.Linear(self.language_dim, int(language_proj)) if self.language_dim and language_proj \
             else None                                  # learnt: a 384-wide embedding would widen every FiLM layer
         lang = int(language_proj) if self.language_proj is not None else self.language_dim
-        self.language_noise = float(language_noise or 0) if self.language_dim else 0.0   # training only (`draw`)
+        self.language_noise = language_noise_sigma(language_noise, self.language_dim)   # training only (`draw`)
         self.language_tokens = int(language_tokens or 0) if self.language_dim else 0   # attended to, not pooled
         if self.language_tokens:
             if denoiser != "transformer":
