@@ -81,7 +81,7 @@ def _generic_obs(raw, info) -> dict:
 # %% ../nbs/13_environments.ipynb #d63e03aa
 @dataclass
 class EnvSpec:
-    "How one gymnasium environment plays a policy trained on a store (see above)."
+    "How one environment (one of ALOHA's tasks or a gymnasium id) plays a policy trained on a store (see above)."
     id: str
     package: str                                   # what `pip install` brings it
     module: str                                    # what to import so that it is registered
@@ -171,7 +171,7 @@ def _make(env_id: str, kwargs: dict, given: dict | None = None):
     except ImportError: raise EnvError(f"{env_id}: gymnasium is not installed (pip install gymnasium "
                                        f"{spec.package})".replace(" )", ")")) from None
     for k, v in spec.env_vars.items(): os.environ.setdefault(k, v)
-    if "MUJOCO_GL" in spec.env_vars:   # torchvision before MuJoCo's EGL: the other order segfaults (sim's _sim)
+    if "MUJOCO_GL" in spec.env_vars:   # torchvision before MuJoCo's EGL: the other order segfaults (aloha's _sim)
         try: import torchvision  # noqa: F401
         except ImportError: pass
     if spec.module:

@@ -14,6 +14,8 @@ import pandas as pd
 
 from .aloha import (   # the simulator, its experts, its worker pool (aloha chapter)
     ENV_STATE, EPISODE_STEPS, SUCCESS_REWARD, SimError, _bar, _check_task, _pool, _sim, expert_episode)
+from .aloha import AlohaSim, Demos, PHRASINGS, SimUnstable, make_demos  # noqa: F401  (sim.make_demos & co.,
+                                                                                 # as users and the design name them)
 from .environments import TASKS, Plays, env_spec, make_env, plays   # every spec: their room
 from .stats import wilson   # the Wilson interval of every success rate (stats chapter)
 

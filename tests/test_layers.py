@@ -14,7 +14,7 @@ GROUND = {"codecs", "lerobot", "store", "processes", "stall", "report", "stats",
 ON_GROUND = {"launch": {"processes", "stall"}}   # the launcher (issue 91: cut in three) stands on its two lower rooms
 DATA = {"merge", "convert", "config", "cache", "normalize", "dataset"}
 MODEL = {"protocol", "policy", "objective", "flow", "ddpm", "transformer", "fsdp", "strategy", "train", "evaluate", "sim",
-         "interop", "rl"}
+         "aloha", "success", "interop", "rl"}
 BELOW_ALL = {"checkpoint": {"store"}}                    # the run-folder format: files, lock, atomic writes, keep-K
 
 
@@ -108,7 +108,7 @@ def _reach(g, r, seen=None):
     return seen
 
 
-ROLLOUT = {"sim", "envs", "episodes", "meta_world", "iterate", "rl", "evaluate"}
+ROLLOUT = {"sim", "aloha", "success", "envs", "episodes", "meta_world", "iterate", "rl", "evaluate"}
 
 
 def test_the_environments_room_is_below_every_rollout_and_the_loop_below_every_simulator():
