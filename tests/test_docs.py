@@ -92,6 +92,8 @@ def test_site_in_browser(site, server, browser):
         page.screenshot(path=str(shots / f"{p['stem']}.png"), full_page=False)
     assert problems == [], problems
 
+    titles = [p["title"] for p in pages[1:]]                # a link is found by its title: none inside another's
+    assert not [(a, b) for a in titles for b in titles if a != b and a.lower() in b.lower()], titles
     page.goto(f"{server}/index.html")                     # navigation reaches every chapter by clicking
     reached = set()
     for p in pages[1:]:
@@ -127,10 +129,14 @@ def test_site_in_browser(site, server, browser):
     page.locator("img").last.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "07_report_speedup.png"))
 
-    page.goto(f"{server}/13_sim.html"); page.wait_for_load_state("networkidle")   # pictures eval-false cells keep
-    kept = page.evaluate("""() => [...document.querySelectorAll('img[alt="a figure the notebook keeps"]')]
-        .map(i => [i.complete, i.naturalWidth])""")
-    assert len(kept) >= 2 and all(c and w > 200 for c, w in kept), kept
+    kept = []                                           # pictures eval-false cells keep: the camera's two tasks
+    for stem in ("13_aloha", "13_sim"):                 # (aloha chapter), the success curve (sim chapter)
+        page.goto(f"{server}/{stem}.html"); page.wait_for_load_state("networkidle")
+        got = page.evaluate("""() => [...document.querySelectorAll('img[alt="a figure the notebook keeps"]')]
+            .map(i => [i.complete, i.naturalWidth])""")
+        assert got, stem
+        kept += got
+    assert all(c and w > 200 for c, w in kept), kept
 
 
 

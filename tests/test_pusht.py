@@ -120,7 +120,7 @@ def test_a_killed_rollout_worker_is_one_line_and_keeps_what_finished(run):
     finished and names the command that plays the rest, instead of BrokenProcessPool."""
     import os, signal, subprocess, time
     import psutil
-    p = subprocess.Popen(["dpt", "rollout", str(run), "--episodes", "80", "--workers", "2", "--no-progress"],
+    p = subprocess.Popen(["dpt", "rollout", str(run), "--episodes", "200", "--workers", "2", "--no-progress"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         t0, workers = time.time(), []
@@ -128,8 +128,9 @@ def test_a_killed_rollout_worker_is_one_line_and_keeps_what_finished(run):
             workers = alive(rank_processes(p.pid))
             time.sleep(0.1)
         assert len(workers) == 2, p.communicate()
-        # no wait: 80 episodes in 4 lockstep groups of 20 are seconds of work, but a busy CI machine saw the workers so
-        # late that a second's wait let all 40 of an earlier version finish (exit 0, nothing to kill)
+        # no wait: 200 episodes in 10 lockstep groups of 20 are seconds of work, and a busy CI machine saw the workers
+        # so late that a second's wait let all 40 of an earlier version finish (exit 0, nothing to kill), and once
+        # with 80 the kill came after the last group (a bench beside CI)
         for w in alive(rank_processes(p.pid)) or workers:   # the workers alive now (a process seen before may be gone)
             try:
                 w.send_signal(signal.SIGKILL)
