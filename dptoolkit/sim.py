@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_sim.ipynb #72019904
 from __future__ import annotations
-import json, os, sys, time
+import difflib, json, os, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -101,16 +101,20 @@ def recorded(run) -> Plays:
 
 # %% ../nbs/13_sim.ipynb #aa52c85b
 def rollout_tasks(run, tasks: str | None = None, every: bool = False) -> list | None:
-    """The simulator tasks a run is scored on one by one: `tasks` (a comma list) when given; else, rolling out every
-    checkpoint (`every`), each task the run's store holds when it holds several; None: the one task."""
-    if tasks:
-        names = [t for t in tasks.split(",") if t]
+    """The tasks a run is scored on one by one: `tasks` (a comma list) when given, ALOHA's or those of the gymnasium
+    environment the run plays (Meta-World's env_names); else, rolling out every checkpoint (`every`), each task the
+    run's store holds when it holds several (a merged store's, Meta-World's); None: the one task."""
+    rec = recorded(run) if tasks or every else Plays(None)
+    names = [t for t in (tasks or "").split(",") if t] or list(rec.tasks if every else [])
+    if tasks and rec.gym:
+        bad = [t for t in names if rec.tasks and t not in rec.tasks]
+        near = difflib.get_close_matches(bad[0], rec.tasks, n=1) if bad else []
+        if bad: raise SimError(f"--tasks {tasks}: the run plays {rec.env} on {', '.join(rec.tasks)}, not {bad[0]!r}"
+                               + (f"; did you mean {near[0]}?" if near else ""))
+    elif tasks:
         bad = [t for t in names if t not in TASKS]
         if bad: raise SimError(f"--tasks {tasks}: the simulator has no task {bad[0]!r} (it has {', '.join(TASKS)})")
-        return names
-    rec = recorded(run) if every else Plays(None)
-    names = [] if rec.gym else list(rec.tasks)   # ALOHA's tasks of a merged store
-    return names if len(names) > 1 else None
+    return names if tasks or len(names) > 1 else None
 
 # %% ../nbs/13_sim.ipynb #0593d506
 def task_index(policy, task_name=None, name: str = "policy"):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from .aloha import SimError
-from .environments import EnvError
+from .environments import EnvError, env_spec
 from .envs import rollout   # the one door: ALOHA's tasks and gymnasium's
-from .sim import _score_ci
+from .sim import _score_ci, recorded
 from .stats import wilson
 
 # %% auto #0
@@ -42,15 +42,19 @@ def rollout_checkpoint(ckpt, task="transfer_cube", episodes: int = 20, seed: int
                        progress: bool = False, max_steps: int | None = None, tasks=None) -> dict:
     """Roll out one checkpoint's EMA policy (`RUN/checkpoints/step_N`) and append its success record to the run's
     `logs.jsonl` (and `eval/success` to TensorBoard when the run logs there); returns the record. `tasks`: several
-    simulator tasks, `episodes` each (a task-conditioned policy told each one's name): one record, success pooled over
-    them and per task under `tasks`."""
+    tasks, `episodes` each (a task-conditioned policy told each one's name): one record, success pooled over them and
+    per task under `tasks`. ALOHA's tasks are environments of their own; a gymnasium environment's (Meta-World's
+    env_names) play in `task`, each by its name: those the run records when `tasks` is not given."""
     ckpt = Path(ckpt).absolute()
-    run, snap, names = ckpt.parents[1], snapshot(ckpt), list(tasks or [task])
-    told = _policy_task_names(run)
+    run, snap = ckpt.parents[1], snapshot(ckpt)
+    gym = task is not None and env_spec(task).gym
+    if gym and not tasks and (rec := recorded(run)).env == task: tasks = list(rec.tasks) or None
+    names, told = list(tasks or [task]), _policy_task_names(run)
     try:
         info = json.loads((snap / "info.json").read_text()) if (snap / "info.json").exists() else {}
-        per = {t: rollout(str(snap), t, episodes=episodes, workers=workers, seed=seed, max_steps=max_steps,
-                           progress=progress, task_name=t if t in told else None) for t in names}
+        per = {t: rollout(str(snap), task if gym else t, episodes=episodes, workers=workers, seed=seed,
+                           max_steps=max_steps, progress=progress,
+                           task_name=t if (gym and tasks) or t in told else None) for t in names}
     finally: shutil.rmtree(snap, ignore_errors=True)
     eps = pd.concat([r.episodes for r in per.values()], ignore_index=True)
     k, n = int(eps["success"].sum()), len(eps)

@@ -54,7 +54,7 @@ def start_rollouts(R):
     (R.run_dir / ".rollouts-done").unlink(missing_ok=True)
     kw = dict(run=str(R.run_dir.absolute()), every=int(R.every),
               task=p.env or "transfer_cube",      # a gymnasium environment (envs chapter), or ALOHA's tasks
-              tasks=list(p.tasks) if not p.gym and len(p.tasks) > 1 else None, episodes=int(E.rollout_episodes),
+              tasks=list(p.tasks) if len(p.tasks) > 1 else None, episodes=int(E.rollout_episodes),
               seed=int(E.rollout_seed), workers=E.rollout_workers, parent=os.getpid())
     env = dict(os.environ, DPT_ROLLOUT_RUN=kw["run"])   # its workers: this run's rollout_workers
     return start_call(WATCHER, kw, R.run_dir / "rollouts.log", env=env, detached=False)

@@ -18,7 +18,8 @@ def run(tmp_path_factory):
             "--no-progress", check=0)
     assert "episodes: 4" in r.stdout and "tasks: pick-place-v3, drawer-open-v3" in r.stdout, r.stdout
     dpt("train", "--config", "test", "--data", d / "mw.zarr", "--out", d / "run", "--no-progress",
-        "training.max_steps=2", "training.checkpoint_every=2", "policy.down_dims=[16,32]", check=0)
+        "training.max_steps=2", "training.checkpoint_every=2", "policy.down_dims=[16,32]",
+        "eval.rollout_every=2", "eval.rollout_episodes=1", "eval.rollout_workers=1", check=0)   # scored while training
     return d
 
 
@@ -51,9 +52,25 @@ def test_the_run_rolls_out_in_meta_world_by_task_name(run):
     assert "UserWarning" not in r.stderr, r.stderr[-2000:]                          # the env checker is off
 
 
+def test_success_while_training_and_after_is_scored_task_by_task(run):
+    """The watcher plays a two-task Meta-World run in each of its tasks, told each one's name (it once asked which
+    task and skipped the rollout); `dpt rollout RUN --every` does the same, or the tasks asked for."""
+    import json
+    recs = [json.loads(l) for l in open(run / "run" / "logs.jsonl") if '"kind": "rollout"' in l]
+    assert recs and recs[-1]["step"] == 2 and recs[-1]["episodes"] == 2, (run / "run" / "rollouts.log").read_text()
+    assert {t: r["episodes"] for t, r in recs[-1]["tasks"].items()} == {"pick-place-v3": 1, "drawer-open-v3": 1}
+    r = dpt("rollout", run / "run", "--every", 2, "--tasks", "drawer-open-v3", "--episodes", 2, "--workers", 1,
+            "--max-steps", 20, "--json", check=0)
+    rec = json.loads(r.stdout)[-1]
+    assert rec["task"] == "drawer-open-v3" and rec["episodes"] == 2 and rec["seeds"] == [100000, 100001], rec
+
+
 def test_bad_input_one_line_each(run):
     r = dpt("rollout", run / "run", "--episodes", 1, "--workers", 1, "--no-progress", check=1)   # two tasks: which?
     assert "Meta-World/MT1 plays one task: pass task_name= (--task-name) or env_kwargs env_name=" in r.stderr, r.stderr
+    r = dpt("rollout", run / "run", "--every", 2, "--tasks", "drawer-opn-v3", "--episodes", 1, check=1)
+    assert ("--tasks drawer-opn-v3: the run plays Meta-World/MT1 on pick-place-v3, drawer-open-v3, not 'drawer-opn-v3'; "
+            "did you mean drawer-open-v3?") in r.stderr, r.stderr
     r = dpt("rollout", run / "run", "--env", "gym_pusht/PushT-v0", "--episodes", 1, "--no-progress", check=1)
     assert "the policy reads state of 39 values, gym_pusht/PushT-v0 gives 5" in r.stderr, r.stderr  # another env
     r = dpt("sim-data", "--env", "Meta-World/MT1", "--tasks", "drawer-opn-v3", "--episodes", 1, "-o",
