@@ -4,10 +4,13 @@
                         GymEnv the rollouts use: success with its Wilson interval, steps to success, env steps/s
   --train DIR           demonstrations from the experts (--demos per task, the 3D Diffusion Policy paper's 10), one
                         task-conditioned low-dim policy over --tasks per training seed (--seeds), --steps steps each
+  --rollout-every N     with --train: success while training, each N steps (and the last), --rollout-episodes per
+                        task through the watcher (16 DDPM steps, one rollout worker beside the rank)
   --score DIR           every run in DIR played on --episodes seeds per task (16 DDPM steps) through `dpt rollout`:
                         success per task and pooled over training seeds, Wilson intervals
 Usage: python bench/meta_world.py --experts [--tasks MT10] [--episodes 10]
-       python bench/meta_world.py --train DIR [--tasks a,b] [--seeds 0,1] [--steps 3000] | --score DIR
+       python bench/meta_world.py --train DIR [--tasks a,b|MT10] [--seeds 0,1] [--steps 3000] [--rollout-every N]
+       python bench/meta_world.py --score DIR
 """
 import argparse, json, subprocess, sys, time
 from pathlib import Path
@@ -42,10 +45,20 @@ def experts(tasks, episodes):
 
 TRAIN = ["--config", "pusht_keypoint", "task.dataset.obs_keys=[state]", "policy.task_embed_dim=16",
          "policy.down_dims=[64,128,256]", "dataloader.batch_size=64", "task.dataset.max_train_episodes=null",
+         "policy.num_inference_steps=16",   # what the watcher plays (--score passes --steps 16 too)
          "--no-progress"]
 
 
-def train(d, tasks, seeds, steps, demos):
+def curve(run):
+    "The run's success records, one line each: step, pooled success, per task."
+    recs = [json.loads(l) for l in open(run / "logs.jsonl") if '"kind": "rollout"' in l]
+    for r in recs:
+        each = " ".join(f"{t.removesuffix('-v3')} {v['successes']}/{v['episodes']}" for t, v in r.get("tasks", {}).items())
+        print(f"{run.name} step {r['step']}: {round(r['success'] * r['episodes'])}/{r['episodes']} "
+              f"[{r['success_low']:.0%}–{r['success_high']:.0%}] ({r['rollout_s']:.0f} s) {each}", flush=True)
+
+
+def train(d, tasks, seeds, steps, demos, every=None, episodes=5):
     d = Path(d)
     store = d / "mw.zarr"
     if not store.exists():
@@ -54,9 +67,12 @@ def train(d, tasks, seeds, steps, demos):
     for s in seeds:
         t0 = time.time()
         subprocess.run(["dpt", "train", "--data", str(store), "--out", str(d / f"seed{s}"), *TRAIN,
-                        f"training.seed={s}", f"training.max_steps={steps}", f"training.checkpoint_every={steps}"],
-                       check=True)
+                        f"training.seed={s}", f"training.max_steps={steps}",
+                        f"training.checkpoint_every={every or steps}",
+                        *([f"eval.rollout_every={every}", f"eval.rollout_episodes={episodes}", "eval.rollout_workers=1"]
+                          if every else [])], check=True)
         print(f"seed {s}: {(time.time() - t0) / 60:.1f} min", flush=True)
+        if every: curve(d / f"seed{s}")
 
 
 def score(d, episodes):
@@ -93,8 +109,11 @@ if __name__ == "__main__":
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--demos", type=int, default=10)
+    p.add_argument("--rollout-every", type=int)
+    p.add_argument("--rollout-episodes", type=int, default=5)
     a = p.parse_args()
     if a.experts: experts(_tasks(a.tasks), a.episodes)
-    elif a.train: train(a.train, _tasks(a.tasks), [int(s) for s in a.seeds.split(",")], a.steps, a.demos)
+    elif a.train: train(a.train, _tasks(a.tasks), [int(s) for s in a.seeds.split(",")], a.steps, a.demos,
+                     a.rollout_every, a.rollout_episodes)
     elif a.score: score(a.score, a.episodes)
     else: sys.exit(__doc__)
