@@ -2,7 +2,9 @@
 (issue 88's closed-loop goal). ALOHA transfer-cube camera demonstrations (`--demos`, DART σ 0.02, head camera
 `--size`, only the successes kept) are kept three ways: our decoded store (Blosc LZ4), the LeRobot v3 dataset
 `to_lerobot` writes from it (AV1, crf 30, a keyframe every 2 frames: lerobot's defaults) read **in place**, and
-`--frames jpeg` frames converted from that dataset (one JPEG chunk a frame, q95). Each source trains issue 36's pixel
+one JPEG chunk a frame (q95) written from the decoded store's frames (`jpeg`: an image-codec store, compressed once,
+as `dpt convert --frames jpeg` writes them; `jpeg-of-av1`: the same codec over the LeRobot dataset's AV1-decoded frames,
+`dpt convert LEROBOT --frames jpeg`, compressed twice). Each source trains issue 36's pixel
 recipe with the aux target (flow predicting the clean chunk; bench/tasks.py's `single+aux`) for `--steps` steps per
 training seed, the same seed on every source (a paired comparison: only the frames differ), and each run's final EMA
 policy plays the same `--episodes` held-out seeds 1000 ... in one Euler step. Success per source pooled over the
@@ -28,9 +30,28 @@ def sources(a):
                          noise=a.noise, progress=False), f"({time.perf_counter() - t:.0f} s)", flush=True)
     lr = a.dir / "transfer_cube_lerobot"
     if not lr.exists(): to_lerobot(d, lr, progress=False)
+    ja = a.dir / "transfer_cube_jpeg_of_av1.zarr"
+    if "jpeg-of-av1" in a.sources and not ja.exists(): convert(lr, ja, frames="jpeg", quality=95, progress=False)
     jp = a.dir / "transfer_cube_jpeg.zarr"
-    if not jp.exists(): convert(lr, jp, frames="jpeg", quality=95, progress=False)
-    return dict(decoded=d, lerobot=lr, jpeg=jp)
+    if "jpeg" in a.sources.split(",") and not jp.exists(): jpeg_store(d, jp)
+    return {"decoded": d, "lerobot": lr, "jpeg": jp, "jpeg-of-av1": ja}
+
+
+def jpeg_store(src, dest, quality=95):
+    """`src` with its camera frames kept as one JPEG chunk each, channels-last (the layout `_write_store` gives an
+    image-codec store); every other array, the meta arrays and the attrs as they are."""
+    import numpy as np, zarr
+    from dptoolkit.codecs import frame_chunks, frame_codec
+    from dptoolkit.store import create_array
+    s, fc = zarr.open_group(str(src), mode="r"), frame_codec("jpeg", quality)
+    g = zarr.open_group(str(dest), mode="w", zarr_format=2)
+    for part in ("data", "meta"):
+        for k, v in s[part].arrays():
+            if k == "head_camera":
+                x = np.ascontiguousarray(np.moveaxis(v[:], 1, -1))      # (T, 3, H, W) → (T, H, W, 3)
+                create_array(g, f"{part}/{k}", x.shape, "uint8", frame_chunks(x.shape), fc)[...] = x
+            else: create_array(g, f"{part}/{k}", v.shape, v.dtype, v.chunks)[...] = v[:]
+    g.attrs.update(dict(s.attrs), convert=dict(frames=dict(codec=fc.codec_id, quality=quality)))
 
 
 def at_rest(path) -> int:
@@ -40,7 +61,7 @@ def at_rest(path) -> int:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--sources", default="decoded,lerobot,jpeg")
+    ap.add_argument("--sources", default="decoded,lerobot,jpeg", help="of decoded, lerobot, jpeg, jpeg-of-av1")
     ap.add_argument("--demos", type=int, default=60); ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--size", default="72,96", help="camera frames H,W")
     ap.add_argument("--train-seeds", default="0,1"); ap.add_argument("--steps", type=int, default=2000)
