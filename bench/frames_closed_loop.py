@@ -29,11 +29,12 @@ def sources(a):
         print(make_demos("transfer_cube", n=a.demos, out=d, camera=True, size=a.size, workers=a.workers,
                          noise=a.noise, progress=False), f"({time.perf_counter() - t:.0f} s)", flush=True)
     lr = a.dir / "transfer_cube_lerobot"
-    if not lr.exists(): to_lerobot(d, lr, progress=False)
+    want = a.sources.split(",")
+    if not lr.exists() and {"lerobot", "jpeg-of-av1"} & set(want): to_lerobot(d, lr, progress=False)
     ja = a.dir / "transfer_cube_jpeg_of_av1.zarr"
-    if "jpeg-of-av1" in a.sources and not ja.exists(): convert(lr, ja, frames="jpeg", quality=95, progress=False)
+    if "jpeg-of-av1" in want and not ja.exists(): convert(lr, ja, frames="jpeg", quality=95, progress=False)
     jp = a.dir / "transfer_cube_jpeg.zarr"
-    if "jpeg" in a.sources.split(",") and not jp.exists(): jpeg_store(d, jp)
+    if "jpeg" in want and not jp.exists(): jpeg_store(d, jp)
     return {"decoded": d, "lerobot": lr, "jpeg": jp, "jpeg-of-av1": ja}
 
 
