@@ -35,16 +35,22 @@ def sources(a):
     if "jpeg-of-av1" in want and not ja.exists(): convert(lr, ja, frames="jpeg", quality=95, progress=False)
     jp = a.dir / "transfer_cube_jpeg.zarr"
     if "jpeg" in want and not jp.exists(): jpeg_store(d, jp)
-    return {"decoded": d, "lerobot": lr, "jpeg": jp, "jpeg-of-av1": ja}
+    j4 = a.dir / "transfer_cube_jpeg444.zarr"
+    if "jpeg444" in want and not j4.exists(): jpeg_store(d, j4, subsampling="444")
+    return {"decoded": d, "lerobot": lr, "jpeg": jp, "jpeg-of-av1": ja, "jpeg444": j4}
 
 
-def jpeg_store(src, dest, quality=95):
+def jpeg_store(src, dest, quality=95, subsampling=None):
     """`src` with its camera frames kept as one JPEG chunk each, channels-last (the layout `_write_store` gives an
-    image-codec store); every other array, the meta arrays and the attrs as they are."""
+    image-codec store); every other array, the meta arrays and the attrs as they are. `subsampling`: libjpeg's default
+    (None: 4:2:0, as AV1's yuv420p) or "444" (full-resolution colour, `jpeg444`)."""
     import numpy as np, zarr
     from dptoolkit.codecs import frame_chunks, frame_codec
     from dptoolkit.store import create_array
     s, fc = zarr.open_group(str(src), mode="r"), frame_codec("jpeg", quality)
+    if subsampling:
+        import imagecodecs.numcodecs as icn
+        fc = icn.Jpeg(level=quality, subsampling=subsampling)
     g = zarr.open_group(str(dest), mode="w", zarr_format=2)
     for part in ("data", "meta"):
         for k, v in s[part].arrays():
@@ -62,7 +68,7 @@ def at_rest(path) -> int:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--sources", default="decoded,lerobot,jpeg", help="of decoded, lerobot, jpeg, jpeg-of-av1")
+    ap.add_argument("--sources", default="decoded,lerobot,jpeg", help="of decoded, lerobot, jpeg, jpeg444, jpeg-of-av1")
     ap.add_argument("--demos", type=int, default=60); ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--size", default="72,96", help="camera frames H,W")
     ap.add_argument("--train-seeds", default="0,1"); ap.add_argument("--steps", type=int, default=2000)
