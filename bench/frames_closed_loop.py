@@ -58,7 +58,8 @@ def jpeg_store(src, dest, quality=95, subsampling=None):
                 x = np.ascontiguousarray(np.moveaxis(v[:], 1, -1))      # (T, 3, H, W) → (T, H, W, 3)
                 create_array(g, f"{part}/{k}", x.shape, "uint8", frame_chunks(x.shape), fc)[...] = x
             else: create_array(g, f"{part}/{k}", v.shape, v.dtype, v.chunks)[...] = v[:]
-    g.attrs.update(dict(s.attrs), convert=dict(frames=dict(codec=fc.codec_id, quality=quality)))
+    g.attrs.update(dict(s.attrs), convert=dict(frames=dict(codec=fc.codec_id, quality=quality,
+                                                           subsampling=subsampling or "420")))
 
 
 def at_rest(path) -> int:
