@@ -97,7 +97,8 @@ def cmd_convert(a):
     t0 = time.time()
     out = convert(a.sources if len(a.sources) > 1 else a.sources[0], a.output, kind=a.source_kind, to=a.to,
                   cameras=_items(a.cameras), size=a.size, workers=a.workers, fps=a.fps, overwrite=a.overwrite,
-                  progress=not a.no_progress, frames=a.frames, quality=a.quality)
+                  progress=not a.no_progress, frames=a.frames, quality=a.quality, chroma=a.chroma,
+                  vcodec=a.vcodec, crf=a.crf)
     if a.to: print(f"wrote {out}: a LeRobot v3.0 dataset (LeRobotDataset(repo_id, root='{out}') loads it)")
     else: print(out)
     print(f"converted in {time.time() - t0:.1f} s")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 # %% auto #0
-__all__ = ['PIP_CODECS', 'FRAME_CODECS', 'CodecError', 'register_codecs', 'codec_known', 'array_codecs', 'missing_codecs',
-           'missing_message', 'frame_codec', 'check_frames', 'frame_chunks']
+__all__ = ['PIP_CODECS', 'FRAME_CODECS', 'CHROMA', 'CodecError', 'register_codecs', 'codec_known', 'array_codecs',
+           'missing_codecs', 'missing_message', 'chroma_for', 'frame_codec', 'frame_chroma', 'check_frames',
+           'frame_chunks']
 
 # %% ../nbs/00a_codecs.ipynb #50e008cb
 PIP_CODECS = "pip install 'dptoolkit[codecs]'"   # brings imagecodecs
@@ -73,19 +74,56 @@ FRAME_CODECS = {   # name: (imagecodecs' numcodecs class, default quality, extra
     "webp": ("Webp", 90, {"numthreads": 1, "lossless": False}),
     "jpeg2k": ("Jpeg2k", 40, {"numthreads": 1}),
 }
+CHROMA = {   # name: (default chroma subsampling, the ones it can write); "444" keeps colour at full resolution
+    "jpeg": ("444", ("444", "420")),    # libjpeg's own default is 4:2:0: it halved a camera policy's success
+    "avif": ("444", ("444", "420")),
+    "webp": ("420", ("420",)),          # lossy WebP is 4:2:0 only
+    "jpegxl": ("444", ("444",)),        # no subsampling in JPEG-XL's XYB, nor in JPEG 2000 here
+    "jpeg2k": ("444", ("444",)),
+}
+_CHROMA_ARGS = {"jpeg": lambda c: {"subsampling": c}, "avif": lambda c: {"pixelformat": f"yuv{c}"}}
 
-def frame_codec(name: str = "decoded", quality: int | None = None):
-    "The numcodecs codec frames are written with under `name` (`FRAME_CODECS`), or None for `decoded` (no image codec)."
-    if name in (None, "decoded"): return None
+def _chroma_name(chroma) -> str:
+    return str(chroma).replace(":", "")            # "4:4:4" and "444" alike
+
+def chroma_for(name: str, chroma=None) -> str:
+    "The chroma subsampling frames `name` are written with when `chroma` (None: the codec's default) is asked for."
+    default, can = CHROMA[name]
+    c = default if chroma is None else _chroma_name(chroma)
+    if c not in can:
+        other = [k for k, (_, cs) in CHROMA.items() if c in cs]
+        raise CodecError(f"frames {name!r}: chroma {chroma!r} — {name} writes {' or '.join(can)} only"
+                         + (f"; {', '.join(other)} write{'s' if len(other) == 1 else ''} {c}" if other else
+                            "; expected 444 or 420"))
+    return c
+
+def frame_codec(name: str = "decoded", quality: int | None = None, chroma=None):
+    """The numcodecs codec frames are written with under `name` (`FRAME_CODECS`), or None for `decoded` (no image
+    codec); `chroma` ("444" full colour resolution, "420" halved both ways; None: `CHROMA`'s default)."""
+    if name in (None, "decoded"):
+        if chroma is not None and _chroma_name(chroma) != "444":
+            raise CodecError(f"frames 'decoded': chroma {chroma!r} — decoded frames keep every colour sample")
+        return None
     if name not in FRAME_CODECS:
         raise CodecError(f"frames {name!r}: expected one of decoded, {', '.join(FRAME_CODECS)}")
+    c = chroma_for(name, chroma)
     if not register_codecs():
         raise CodecError(f"frames {name!r}: writing {name} frames needs imagecodecs; {PIP_CODECS}")
     import imagecodecs.numcodecs as icn
     cls, q, extra = FRAME_CODECS[name]
     q = q if quality is None else int(quality)
     if not 0 <= q <= 100: raise CodecError(f"frames {name!r}: quality {q} outside 0-100")
-    return getattr(icn, cls)(level=q, **extra)
+    return getattr(icn, cls)(level=q, **extra, **(_CHROMA_ARGS[name](c) if name in _CHROMA_ARGS else {}))
+
+# %% ../nbs/00a_codecs.ipynb #7c1e0a04
+def frame_chroma(codec) -> str | None:
+    """The chroma subsampling a frame codec writes: a `frame_codec`, or its config as a store's metadata keeps it
+    (`{"id": "imagecodecs_jpeg", "subsampling": ...}`); None for anything that is not an image codec."""
+    cfg = codec if isinstance(codec, dict) else codec.get_config() if codec is not None else {}
+    name = str(cfg.get("id", "")).removeprefix("imagecodecs_")
+    if name == "jpeg": return _chroma_name(cfg.get("subsampling") or "420")        # libjpeg's default
+    if name == "avif": return _chroma_name(cfg.get("pixelformat") or "444").removeprefix("yuv")
+    return CHROMA[name][0] if name in CHROMA else None
 
 def check_frames(codec, key: str, shape, dtype):
     "Refuse, before writing, an array `codec` (a `frame_codec`) cannot hold: `CodecError` naming the key and why."

@@ -102,7 +102,8 @@ COMMANDS.update({
         examples=["dpt convert RoboTwin/data/beat_block_hammer RoboTwin/data/handover_block -o two_tasks.zarr",
                   "dpt convert lerobot_aloha/ -o aloha.zarr --size 96,128",
                   "dpt convert lerobot_aloha/ -o aloha.zarr --frames jpegxl --quality 90",
-                  "dpt convert demos.zarr -o demos_lerobot --to lerobot"],
+                  "dpt convert demos.zarr -o demos_lerobot --to lerobot",
+                  "dpt convert demos.zarr -o demos_lerobot --to lerobot --vcodec hevc --chroma 444"],
         args=[_a("sources", nargs="+", help="RoboTwin data/task folders, a LeRobot dataset folder, or a store"),
               _a("-o", "--output", required=True, help="the store (or with --to lerobot, the dataset folder) to write"),
               _a("--from", dest="source_kind", choices=["robotwin", "lerobot"],
@@ -115,6 +116,13 @@ COMMANDS.update({
               _a("--frames", default="decoded", choices=["decoded", "jpegxl", "avif", "jpeg", "webp", "jpeg2k"],
                  help="keep each camera frame compressed as one image chunk (codecs chapter; default: decoded)"),
               _a("--quality", type=int, help="the --frames codec's quality, 0-100 (default: FRAME_CODECS')"),
+              _a("--chroma", choices=["444", "420"], help="colour resolution: 444 full, 420 halved both ways "
+                 "(default: 444 for --frames, lerobot's 420 for --to lerobot; codecs chapter)"),
+              _a("--vcodec", default="libsvtav1", choices=["libsvtav1", "h264", "hevc"],
+                 help="with --to lerobot: the video encoder (default: lerobot's libsvtav1; h264 and hevc take "
+                      "--chroma 444)"),
+              _a("--crf", type=int, default=30,
+                 help="with --to lerobot: the encoder's constant rate factor (default: 30, lerobot's)"),
               _a("--overwrite", action="store_true", help="replace an existing output"), _NO_PROGRESS]),
 })
 

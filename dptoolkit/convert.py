@@ -14,7 +14,8 @@ import zarr
 from tqdm.auto import tqdm
 
 from . import __version__
-from .codecs import CodecError, check_frames, frame_chunks, frame_codec, register_codecs   # codecs chapter
+from .codecs import (CodecError, check_frames, frame_chroma, frame_chunks, frame_codec,   # codecs chapter
+                              register_codecs)
 from .processes import worker_count, worker_pool   # the ground floor's (processes chapter)
 from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta, parquet,  # LeRobot chapter
                                video_frames)
@@ -25,9 +26,9 @@ from .store import (ALL_CHUNKS, FRAME_CODEC, StoreInfo, _fmt_bytes, store_name,
 
 
 # %% auto #0
-__all__ = ['ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg', 'chunk_parts', 'put_chunk',
-           'robotwin_instructions', 'from_robotwin', 'from_lerobot', 'lerobot_stats', 'image_stats', 'aggregate_stats',
-           'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
+__all__ = ['VIDEO_CODECS', 'ConvertError', 'detect', 'RawTask', 'robotwin_tasks', 'read_raw_episode', 'decode_jpeg',
+           'chunk_parts', 'put_chunk', 'robotwin_instructions', 'from_robotwin', 'from_lerobot', 'lerobot_stats',
+           'image_stats', 'aggregate_stats', 'video_pix_fmt', 'encode_camera', 'episode_stats', 'to_lerobot', 'convert']
 
 # %% ../nbs/01b_convert.ipynb #a86937db
 class ConvertError(ValueError):
@@ -282,15 +283,15 @@ class _Camera:
 def _free(dest) -> str:
     return _fmt_bytes(shutil.disk_usage(existing_parent(dest)).free)
 
-def _frames_codec(frames, quality):
-    "The image codec `frames` names (None: decoded), or one `ConvertError` line."
-    try: return frame_codec(frames, quality)
+def _frames_codec(frames, quality, chroma=None):
+    "The image codec `frames` names (None: decoded) at `quality` and `chroma`, or one `ConvertError` line."
+    try: return frame_codec(frames, quality, chroma)
     except CodecError as e: raise ConvertError(str(e)) from None
 
 def _frames_attr(fc) -> dict:
     "How the frames were kept, for the store's attrs (`convert.frames`)."
     if fc is None: return dict(codec="decoded")
-    return dict(codec=fc.codec_id, quality=fc.get_config().get("level"))
+    return dict(codec=fc.codec_id, quality=fc.get_config().get("level"), chroma=frame_chroma(fc))
 
 # %% ../nbs/01b_convert.ipynb #8d3e7061
 def _write_store(dest, low: dict, lengths, task_of, task_names, cams: dict, attrs: dict, *, pool=None,
@@ -356,12 +357,12 @@ def robotwin_instructions(task: RawTask) -> tuple:
 # %% ../nbs/01b_convert.ipynb #5079f9fb
 def from_robotwin(sources, dest, *, cameras=None, size=None, workers=None, chunk_steps: int = 100,
                   overwrite: bool = False, progress: bool = True, frames: str = "decoded",
-                  quality: int | None = None) -> StoreInfo:
+                  quality: int | None = None, chroma=None) -> StoreInfo:
     """RoboTwin's raw episodes → one replay-buffer store, equal to what their `process_data.py` writes for `state`,
     `action` and `head_camera`, with every other camera too (`cameras`: a subset; `size` (H, W): resized). `frames`:
-    `decoded` (uint8 (N, 3, H, W), Blosc LZ4) or an image codec (`codecs.FRAME_CODECS`, at `quality`): each frame
-    (N, H, W, 3) a chunk of its own, read as (3, H, W) through its view."""
-    fc = _frames_codec(frames, quality)
+    `decoded` (uint8 (N, 3, H, W), Blosc LZ4) or an image codec (`codecs.FRAME_CODECS`, at `quality`, colour at
+    `chroma`: 4:4:4 unless "420"): each frame (N, H, W, 3) a chunk of its own, read as (3, H, W) through its view."""
+    fc = _frames_codec(frames, quality, chroma)
     with _pool(workers) as pool:   # the workers start while the source is read
         tasks = robotwin_tasks(sources)
         eps, vecs, task_of, cams = [], [], [], list(cameras) if cameras else None
@@ -413,11 +414,11 @@ def _video_frames(path, camera, j0, j1, extra, where, out=None) -> np.ndarray:
 # %% ../nbs/01b_convert.ipynb #932dacb8
 def from_lerobot(src, dest, *, cameras=None, size=None, workers=None, chunk_steps: int = 100,
                  overwrite: bool = False, progress: bool = True, frames: str = "decoded",
-                 quality: int | None = None) -> StoreInfo:
+                 quality: int | None = None, chroma=None) -> StoreInfo:
     """A LeRobot v3.0 dataset (a local folder) → a replay-buffer store: its vectors, each video feature as
     `<name>_camera` uint8 (N, 3, H, W) (`cameras`: a subset, by store key or feature name; `size`: resized), the
-    tasks. `frames`, `quality`: as `from_robotwin`'s."""
-    fc = _frames_codec(frames, quality)
+    tasks. `frames`, `quality`, `chroma`: as `from_robotwin`'s."""
+    fc = _frames_codec(frames, quality, chroma)
     with _pool(workers) as pool:   # the workers start while the source is read
         try: meta = lerobot_meta(src)
         except LeRobotError as e: raise ConvertError(str(e)) from None
@@ -508,13 +509,35 @@ def aggregate_stats(episodes: list) -> dict:
     out = dict(min=stack("min").min(0), max=stack("max").max(0), mean=m, std=np.sqrt(var), count=total.astype(np.int64))
     return {**out, **{q: (np.stack([s[q] for s in episodes]) * w).sum(0) / total for q in _QKEYS}}
 
+# %% ../nbs/01b_convert.ipynb #9a7d0c02
+VIDEO_CODECS = {   # encoder: (the codec lerobot's info.json names, the chroma subsamplings PyAV's wheel encodes)
+    "libsvtav1": ("av1", ("420",)),      # lerobot's default; SVT-AV1 encodes 4:2:0 only
+    "h264": ("h264", ("420", "444")),    # libx264
+    "hevc": ("hevc", ("420", "444")),    # libx265
+}
+_QUIET = {"hevc": {"x265-params": "log-level=error"}}
+
+def video_pix_fmt(codec: str = "libsvtav1", chroma=None) -> str:
+    "The pixel format `to_lerobot` encodes `codec` in: lerobot's yuv420p, or yuv444p (full colour) for `chroma='444'`."
+    if codec not in VIDEO_CODECS:
+        raise ConvertError(f"video codec {codec!r}: expected one of {', '.join(VIDEO_CODECS)} (what lerobot writes "
+                           "and PyAV's wheel encodes)")
+    c = "420" if chroma is None else str(chroma).replace(":", "")
+    if c not in VIDEO_CODECS[codec][1]:
+        full = [k for k, (_, cs) in VIDEO_CODECS.items() if c in cs]
+        raise ConvertError(f"video codec {codec!r}: chroma {chroma!r} — it encodes "
+                           f"{' or '.join(VIDEO_CODECS[codec][1])} only"
+                           + (f"; {' and '.join(full)} encode {c} (yuv{c}p), which lerobot reads" if full
+                              else "; expected 444 or 420"))
+    return f"yuv{c}p"
+
 # %% ../nbs/01b_convert.ipynb #4e48d181
-def _open_video(path: Path, fps, codec, crf, H, W):
+def _open_video(path: Path, fps, codec, crf, H, W, pix_fmt="yuv420p"):
     import av
     path.parent.mkdir(parents=True, exist_ok=True)
     out = av.open(str(path), "w")
-    s = out.add_stream(codec, rate=int(round(fps)), options={"g": "2", "crf": str(crf)})
-    s.pix_fmt, s.height, s.width = "yuv420p", int(H), int(W)
+    s = out.add_stream(codec, rate=int(round(fps)), options={"g": "2", "crf": str(crf), **_QUIET.get(codec, {})})
+    s.pix_fmt, s.height, s.width = pix_fmt, int(H), int(W)
     return out, s
 
 def _size(p: Path) -> int:
@@ -526,15 +549,15 @@ def _close_video(out, s):
     out.close()
 
 def encode_camera(arr, lengths, root: Path, feature: str, fps, *, codec="libsvtav1", crf=30, file_mb=200,
-                  chunk_steps=100, bar=None) -> tuple:
-    """One camera's frames (a zarr array, (N, 3, H, W) uint8) → `videos/<feature>/chunk-*/file-*.mp4`; returns each
-    episode's (chunk index, file index, from, to seconds)."""
+                  chunk_steps=100, bar=None, pix_fmt="yuv420p") -> tuple:
+    """One camera's frames (a zarr array, (N, 3, H, W) uint8) → `videos/<feature>/chunk-*/file-*.mp4` in `codec` at
+    `crf` and `pix_fmt` (`video_pix_fmt`); returns each episode's (chunk index, file index, from, to seconds)."""
     import av
     os.environ.setdefault("SVT_LOG", "1")                  # SVT-AV1 prints its banner otherwise
     ends, H, W = np.cumsum(lengths), arr.shape[2], arr.shape[3]
     fidx, in_file, e, start, rows = 0, 0, 0, 0.0, []
     path = lambda i: root / "videos" / feature / f"chunk-{i // 1000:03d}" / f"file-{i % 1000:03d}.mp4"
-    out, s = _open_video(path(0), fps, codec, crf, H, W)
+    out, s = _open_video(path(0), fps, codec, crf, H, W, pix_fmt)
     for k in range(0, int(ends[-1]), chunk_steps):
         block = np.asarray(arr[k:k + chunk_steps])
         for i, f in enumerate(block, start=k):
@@ -547,12 +570,11 @@ def encode_camera(arr, lengths, root: Path, feature: str, fps, *, codec="libsvta
                 if e < len(ends) and _size(path(fidx)) > file_mb * 1e6:
                     _close_video(out, s)
                     fidx, in_file = fidx + 1, 0
-                    out, s = _open_video(path(fidx), fps, codec, crf, H, W)
+                    out, s = _open_video(path(fidx), fps, codec, crf, H, W, pix_fmt)
                 start = in_file / fps
         if bar is not None: bar.update(len(block))
     _close_video(out, s)
     return rows
-
 
 # %% ../nbs/01b_convert.ipynb #336ddc3e
 def _data_files(tmp: Path, low: dict, lengths, task_of, fps, file_mb=100) -> list:
@@ -578,14 +600,14 @@ def _data_files(tmp: Path, low: dict, lengths, task_of, fps, file_mb=100) -> lis
             fidx, first = fidx + 1, e
     return where
 
-def _info(low, cams, fps, n_eps, N, n_tasks, robot_type) -> dict:
+def _info(low, cams, fps, n_eps, N, n_tasks, robot_type, codec="libsvtav1", pix_fmt="yuv420p") -> dict:
     "LeRobot's `meta/info.json` for the features written."
     f = {(k if k == "action" else f"observation.{k}"): dict(dtype="float32", shape=[int(v.shape[1])], names=None)
          for k, v in low.items()}
     for feat, (H, W) in cams.items():
         f[feat] = dict(dtype="video", shape=[int(H), int(W), 3], names=["height", "width", "channels"],
-                       info={"video.height": int(H), "video.width": int(W), "video.codec": "av1",
-                             "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": int(fps),
+                       info={"video.height": int(H), "video.width": int(W), "video.codec": VIDEO_CODECS[codec][0],
+                             "video.pix_fmt": pix_fmt, "video.is_depth_map": False, "video.fps": int(fps),
                              "video.channels": 3, "has_audio": False})
     f.update({k: dict(dtype=d, shape=[1], names=None) for k, d in (("timestamp", "float32"), ("frame_index", "int64"),
              ("episode_index", "int64"), ("index", "int64"), ("task_index", "int64"))})
@@ -632,12 +654,15 @@ def _store_fps(attrs) -> float | None:
 
 # %% ../nbs/01b_convert.ipynb #a2bf9aa5
 def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1", crf: int = 30, robot_type=None,
-               overwrite: bool = False, progress: bool = True) -> Path:
+               overwrite: bool = False, progress: bool = True, chroma=None) -> Path:
     """A store → a LeRobot v3.0 dataset folder that `LeRobotDataset` loads: `state` → `observation.state`, `action`,
     other vectors → `observation.<key>`, each camera (`cameras`: a subset) → `observation.images.<name>` as video, the
     tasks (an episode's first instruction where it has some: LeRobot has one task per frame). `fps`: the control rate
-    (default: what the store records, else 50). Atomic."""
+    (default: what the store records, else 50). The video: lerobot's own settings (SVT-AV1, yuv420p, crf 30, a
+    keyframe every 2 frames) unless `codec` (`VIDEO_CODECS`), `crf` or `chroma="444"` (yuv444p: h264 or hevc) say
+    otherwise. Atomic."""
     import pandas as pd, pyarrow as pa
+    pix_fmt = video_pix_fmt(codec, chroma)
     info, g = describe(store), open_store(store)
     fps = float(fps or _store_fps(info.attrs) or 50.0)
     ends = np.asarray(g["meta/episode_ends"][:], dtype=np.int64)
@@ -655,10 +680,10 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
         raise ConvertError(f"{store}: cameras {', '.join(cameras)} asked for; it has "
                            f"{', '.join(k for k, a in info.arrays.items() if len(a.shape) == 4) or 'none'}")
     feat = {c: f"observation.images.{c.removesuffix('_camera')}" for c in cams}
-    for c in cams:
+    for c in cams if pix_fmt == "yuv420p" else []:
         if info.arrays[c].shape[2] % 2 or info.arrays[c].shape[3] % 2:
             raise ConvertError(f"{store}: data/{c} frames are {'×'.join(map(str, info.arrays[c].shape[2:]))}; "
-                               "LeRobot's yuv420p video needs even heights and widths")
+                               "LeRobot's yuv420p video needs even heights and widths (chroma='444' does not)")
     _only_replaces(dest, overwrite, "a LeRobot dataset", lambda d: (d / "meta" / "info.json").is_file())
     with atomic_dir(dest, overwrite=overwrite, error=ConvertError) as tmp:
         where = _data_files(tmp, low, lengths, task_of, fps)
@@ -668,7 +693,8 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
         with tqdm(total=int(ends[-1]) * len(cams), desc=f"encode → {Path(dest).name}", unit="frame",
                   disable=not progress) as bar:
             for c in cams:
-                rows = encode_camera(g[f"data/{c}"], lengths, tmp, feat[c], fps, codec=codec, crf=crf, bar=bar)
+                rows = encode_camera(g[f"data/{c}"], lengths, tmp, feat[c], fps, codec=codec, crf=crf, bar=bar,
+                                     pix_fmt=pix_fmt)
                 for j, col in enumerate(("chunk_index", "file_index", "from_timestamp", "to_timestamp")):
                     epi[f"videos/{feat[c]}/{col}"] = [r[j] for r in rows]
         per_ep = episode_stats(g, low, feat, lengths, task_of, fps)   # lerobot's statistics, then aggregated
@@ -681,18 +707,20 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
         _pq().write_table(pa.Table.from_pandas(pd.DataFrame({"task_index": np.arange(len(names))}, index=names)),
                           tmp / "meta/tasks.parquet")
         meta = _info(low, {feat[c]: info.arrays[c].shape[2:] for c in cams}, fps, len(ends), int(ends[-1]), len(names),
-                     robot_type)
+                     robot_type, codec, pix_fmt)
         (tmp / "meta/info.json").write_text(json.dumps(meta, indent=4))
         (tmp / "meta/stats.json").write_text(json.dumps(stats, indent=4))
     return Path(dest)
 
 # %% ../nbs/01b_convert.ipynb #0c6ee1ef
 def convert(src, dest, *, kind=None, to=None, cameras=None, size=None, workers=None, fps=None,
-            overwrite: bool = False, progress: bool = True, frames: str = "decoded", quality: int | None = None):
+            overwrite: bool = False, progress: bool = True, frames: str = "decoded", quality: int | None = None,
+            chroma=None, vcodec: str = "libsvtav1", crf: int = 30):
     """Convert `src` (a folder, or a list of RoboTwin folders) into a replay-buffer store at `dest` (→ `StoreInfo`), or
     with `to='lerobot'` a store into a LeRobot v3.0 dataset (→ its folder). `kind`: 'robotwin' | 'lerobot' (detected
     when None). `frames`: `decoded`, or the image codec each camera frame is kept in (`jpegxl`, `avif`, `jpeg`,
-    `webp`, `jpeg2k`; codecs chapter) at `quality`."""
+    `webp`, `jpeg2k`; codecs chapter) at `quality`, its colour at `chroma` (4:4:4 unless "420"). With `to='lerobot'`:
+    the video in `vcodec` at `crf`, yuv420p as lerobot writes it unless `chroma="444"`."""
     srcs = [src] if isinstance(src, (str, Path)) else list(src)
     if not srcs: raise ConvertError("no source given")
     kinds = {s: (kind or detect(s)) for s in srcs}
@@ -700,7 +728,8 @@ def convert(src, dest, *, kind=None, to=None, cameras=None, size=None, workers=N
         if to != "lerobot": raise ConvertError(f"to={to!r}: the one foreign format written is 'lerobot'")
         if len(srcs) != 1 or kinds[srcs[0]] != "store":
             raise ConvertError(f"{srcs[0]}: to='lerobot' takes one replay-buffer store (this is {kinds[srcs[0]]})")
-        return to_lerobot(srcs[0], dest, fps=fps, cameras=cameras, overwrite=overwrite, progress=progress)
+        return to_lerobot(srcs[0], dest, fps=fps, cameras=cameras, overwrite=overwrite, progress=progress,
+                          codec=vcodec, crf=crf, chroma=chroma)
     if len(set(kinds.values())) > 1:
         raise ConvertError(f"sources of different kinds ({', '.join(f'{s}: {k}' for s, k in kinds.items())}); "
                            "convert each, then merge the stores")
@@ -711,7 +740,7 @@ def convert(src, dest, *, kind=None, to=None, cameras=None, size=None, workers=N
     if k == "lerobot":
         if len(srcs) > 1: raise ConvertError("one LeRobot dataset at a time; merge the stores afterwards (dpt merge)")
         return from_lerobot(srcs[0], dest, cameras=cameras, size=size, workers=workers, overwrite=overwrite,
-                            progress=progress, frames=frames, quality=quality)
+                            progress=progress, frames=frames, quality=quality, chroma=chroma)
     return from_robotwin(srcs, dest, cameras=cameras, size=size, workers=workers, overwrite=overwrite,
-                         progress=progress, frames=frames, quality=quality)
+                         progress=progress, frames=frames, quality=quality, chroma=chroma)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from .codecs import missing_codecs, missing_message
+from .codecs import frame_chroma, missing_codecs, missing_message
 from .lerobot import LeRobotError, is_lerobot, lerobot_bytes, lerobot_group   # LeRobot folders in place
 
 # %% auto #0
@@ -245,13 +245,15 @@ def _fmt_bytes(n):
 
 def _compressor_name(arr) -> str:
     video = arr.attrs.get("video") if arr.ndim == 4 else None     # a LeRobot camera: frames decoded from its video
-    if video: return f"video-{video.get('codec', '?')}"
+    if video: return f"video-{video.get('codec', '?')}" + ("-420" if "420" in str(video.get("pix_fmt")) else "")
     cs = [c for c in (getattr(arr, "compressors", None) or ()) if c is not None]
     if not cs: return "none"
     c = cs[0]
     cfg = c.get_config() if hasattr(c, "get_config") else {}
     if cfg.get("id") == "blosc": return f"blosc-{cfg.get('cname')}-{cfg.get('clevel')}"
-    return type(c).__name__ if not cfg else "-".join(str(cfg[k]) for k in ("id", "level", "clevel") if k in cfg)
+    if not cfg: return type(c).__name__
+    half = "-420" if frame_chroma(cfg) == "420" else ""          # colour at half resolution (codecs chapter): said
+    return "-".join(str(cfg[k]) for k in ("id", "level", "clevel") if k in cfg) + half
 
 # %% ../nbs/00_store.ipynb #d04bc444
 def _arrays(group, prefix):

@@ -99,7 +99,7 @@ def test_convert_keeps_frames_compressed_and_serves_the_same_windows(tmp_path):
     a, b = describe(dec).arrays["head_camera"], describe(jxl).arrays["head_camera"]
     assert b.compressor.startswith("imagecodecs_jpegxl") and b.chunks == (1, *a.shape[2:], 3), b
     assert b.shape == (a.shape[0], *a.shape[2:], 3)
-    assert describe(jxl).attrs["convert"]["frames"] == {"codec": "imagecodecs_jpegxl", "quality": 95}
+    assert describe(jxl).attrs["convert"]["frames"] == {"codec": "imagecodecs_jpegxl", "quality": 95, "chroma": "444"}
     size = lambda p: sum(f.stat().st_size for f in (p / "data" / "head_camera").iterdir())
     assert size(jxl) < size(dec), (size(jxl), size(dec))
     kw = dict(horizon=8, n_obs_steps=2, pad_before=1, pad_after=5, keys=["head_camera", "state"])
@@ -124,3 +124,65 @@ def test_config_prints_where_the_frames_are_decoded():
     line = next((l for l in r.stdout.splitlines() if l.startswith("# decoding: data/camera0_rgb:")), None)
     assert line and "imagecodecs_jpegxl-99 frames" in line and "a step reads 128" in line, r.stdout[-1500:]  # 64 × 2
     assert "# decoding" not in dpt("config", ROOT / "data" / "images" / "beat_block_hammer.zarr", check=0).stdout
+
+
+def _sampling(jpeg: bytes) -> list:
+    "Each component's (H, V) sampling factors, read from a JPEG's start-of-frame marker as a decoder reads them."
+    i = 2
+    while i + 4 <= len(jpeg):
+        marker, n = jpeg[i + 1], int.from_bytes(jpeg[i + 2:i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return [(jpeg[i + 11 + 3 * k] >> 4, jpeg[i + 11 + 3 * k] & 15) for k in range(jpeg[i + 9])]
+        i += 2 + n
+    raise AssertionError("no start-of-frame marker")
+
+
+def test_jpeg_frames_keep_full_colour_unless_asked(tmp_path):
+    """Issue 88: colour at 4:2:0 halved a camera policy's success, so `--frames jpeg` writes 4:4:4 (every component
+    sampled at every pixel, as the file's own header says) unless `--chroma 420`, which `inspect` then names; a codec
+    that cannot hold full colour is refused in one line, before anything is written."""
+    raw = ROOT / "tests" / "data" / "robotwin" / "raw"
+    full, half = tmp_path / "full.zarr", tmp_path / "half.zarr"
+    dpt("convert", raw, "-o", full, "--workers", 1, "--no-progress", "--frames", "jpeg", check=0)
+    dpt("convert", raw, "-o", half, "--workers", 1, "--no-progress", "--frames", "jpeg", "--chroma", "420", check=0)
+    chunk = lambda p: next(f for f in sorted((p / "data" / "head_camera").iterdir()) if not f.name.startswith("."))
+    assert _sampling(chunk(full).read_bytes()) == [(1, 1)] * 3
+    assert _sampling(chunk(half).read_bytes()) == [(2, 2), (1, 1), (1, 1)]
+    assert describe(full).attrs["convert"]["frames"] == {"codec": "imagecodecs_jpeg", "quality": 95, "chroma": "444"}
+    assert describe(half).attrs["convert"]["frames"]["chroma"] == "420"
+    assert "imagecodecs_jpeg-95-420" in dpt("inspect", half, check=0).stdout
+    assert "imagecodecs_jpeg-95 " in dpt("inspect", full, check=0).stdout
+    r = dpt("convert", raw, "-o", tmp_path / "w.zarr", "--frames", "webp", "--chroma", "444", "--no-progress")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(err) == 1 and "webp writes 420 only" in err[0], r.stderr
+    assert not (tmp_path / "w.zarr").exists()
+
+
+def test_a_store_exported_at_full_colour_reads_in_place(tmp_path):
+    """`dpt convert --to lerobot --vcodec hevc --chroma 444` writes yuv444p video (the stream says so, and info.json),
+    which trains in place: its windows are the windows of the store converted back, and its frames within the codec's
+    loss of the store's. SVT-AV1 at 4:4:4 is refused in one line naming the encoders that can."""
+    import av
+    from dptoolkit.convert import from_lerobot
+    from dptoolkit.dataset import SequenceDataset
+    store, out = ROOT / "data" / "images" / "beat_block_hammer.zarr", tmp_path / "bbh_444"
+    dpt("convert", store, "-o", out, "--to", "lerobot", "--vcodec", "hevc", "--chroma", "444", "--no-progress", check=0)
+    vi = json.loads((out / "meta" / "info.json").read_text())["features"]["observation.images.head"]["info"]
+    assert (vi["video.codec"], vi["video.pix_fmt"]) == ("hevc", "yuv444p"), vi
+    with av.open(str(next((out / "videos").rglob("*.mp4")))) as f:
+        assert (f.streams.video[0].codec_context.name, f.streams.video[0].format.name) == ("hevc", "yuv444p")
+    conv = from_lerobot(out, tmp_path / "back.zarr", workers=1, progress=False)
+    kw = dict(horizon=8, n_obs_steps=2, pad_before=1, pad_after=7, keys=["head_camera", "state"])
+    ref = SequenceDataset(conv.path, **kw, storage="memory")
+    got = SequenceDataset(out, **kw, storage="chunks")
+    i = list(range(len(ref)))[::-1]
+    rb, gb = ref.__getitems__(i), got.__getitems__(i)
+    assert np.array_equal(rb["obs"]["head_camera"].numpy(), gb["obs"]["head_camera"].numpy())
+    assert np.array_equal(rb["action"].numpy(), gb["action"].numpy())
+    err = np.asarray(open_store(conv.path)["data/head_camera"][:]).astype(float) \
+        - open_store(store)["data/head_camera"][:]
+    assert 10 * np.log10(255 ** 2 / (err ** 2).mean()) > 28
+    r = dpt("convert", store, "-o", tmp_path / "svt", "--to", "lerobot", "--chroma", "444", "--no-progress")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(err) == 1 and "h264 and hevc encode 444" in err[0], r.stderr
+    assert not (tmp_path / "svt").exists()
