@@ -515,7 +515,9 @@ VIDEO_CODECS = {   # encoder: (the codec lerobot's info.json names, the chroma s
     "h264": ("h264", ("420", "444")),    # libx264
     "hevc": ("hevc", ("420", "444")),    # libx265
 }
-_QUIET = {"hevc": {"x265-params": "log-level=error"}}
+# no B-frames: lerobot 0.4's PyAV reader (torchvision's) returns the frame after the one asked for in a stream whose
+# frames are stored out of display order (lerobot's own AV1 has none); with a keyframe every 2 frames they save little
+_OPTIONS = {"h264": {"bf": "0"}, "hevc": {"bf": "0", "x265-params": "log-level=error"}}
 
 def video_pix_fmt(codec: str = "libsvtav1", chroma=None) -> str:
     "The pixel format `to_lerobot` encodes `codec` in: lerobot's yuv420p, or yuv444p (full colour) for `chroma='444'`."
@@ -536,7 +538,7 @@ def _open_video(path: Path, fps, codec, crf, H, W, pix_fmt="yuv420p"):
     import av
     path.parent.mkdir(parents=True, exist_ok=True)
     out = av.open(str(path), "w")
-    s = out.add_stream(codec, rate=int(round(fps)), options={"g": "2", "crf": str(crf), **_QUIET.get(codec, {})})
+    s = out.add_stream(codec, rate=int(round(fps)), options={"g": "2", "crf": str(crf), **_OPTIONS.get(codec, {})})
     s.pix_fmt, s.height, s.width = pix_fmt, int(H), int(W)
     return out, s
 

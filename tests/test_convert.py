@@ -62,6 +62,31 @@ def test_store_to_lerobot_and_back(tmp_path):
     assert 10 * np.log10(255 ** 2 / (err ** 2).mean()) > 30           # the AV1 codec's error, nothing more
 
 
+def test_lerobot_reads_our_full_colour_export_as_we_do(tmp_path):
+    """The RoboTwin fixture's store exported at full colour resolution (`to_lerobot(codec="hevc", chroma="444",
+    crf=18)`: yuv444p HEVC without B-frames, tests/data/lerobot/make_fixture.py --parts 444): the real lerobot 0.4.4
+    loads it (`LeRobotDataset(video_backend="pyav")`, what it returned is the .npz), and our reader, in place and
+    converted, gives the frames lerobot gave, pixel for pixel, with the vectors exactly; `to_lerobot` still writes
+    that export (the same info.json, frames within the encoder's run-to-run noise)."""
+    from dptoolkit.convert import from_lerobot, to_lerobot
+    ref, read = FIX / "lerobot/from_store_444", np.load(FIX / "lerobot/from_store_444_read_by_lerobot.npz")
+    vi = json.loads((ref / "meta/info.json").read_text())["features"]["observation.images.head"]["info"]
+    assert (vi["video.codec"], vi["video.pix_fmt"]) == ("hevc", "yuv444p")
+    back = zarr.open_group(str(from_lerobot(ref, tmp_path / "back.zarr", workers=1, progress=False).path), mode="r")
+    for cam in ("front", "head", "left", "right"):
+        assert np.array_equal(back[f"data/{cam}_camera"][:], read[f"observation.images.{cam}"]), cam
+    assert np.array_equal(back["data/action"][:], read["action"]) and np.array_equal(back["data/state"][:], read["state"])
+    from dptoolkit.store import open_store
+    assert np.array_equal(open_store(ref)["data/head_camera"][:], read["observation.images.head"])   # in place
+    shutil.copytree(FIX / "robotwin/raw", tmp_path / "raw")
+    dpt("convert", tmp_path / "raw", "-o", tmp_path / "s.zarr", "--workers", 1, "--no-progress", check=0)
+    del zarr.open_group(str(tmp_path / "s.zarr"), mode="r+").attrs["instructions"]
+    again = to_lerobot(tmp_path / "s.zarr", tmp_path / "again", codec="hevc", chroma="444", crf=18, progress=False)
+    assert json.loads((again / "meta/info.json").read_text()) == json.loads((ref / "meta/info.json").read_text())
+    err = open_store(again)["data/head_camera"][:].astype(float) - read["observation.images.head"]
+    assert 10 * np.log10(255 ** 2 / max((err ** 2).mean(), 1e-9)) > 40            # the writer has not drifted
+
+
 def test_our_lerobot_export_is_what_lerobots_own_tools_need(tmp_path):
     """`to_lerobot` of the RoboTwin fixture store, checked against what the real lerobot 0.4.4 returned on the same
     export (tests/data/lerobot/from_store_lerobot_tools.json, made by make_fixture.py): every `meta/episodes` column

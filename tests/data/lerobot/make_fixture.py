@@ -8,10 +8,15 @@ Writes next to this file:
 - `from_store/` and `from_store_read_by_lerobot.npz`: `to_lerobot` of the RoboTwin fixture's store (tests/data/robotwin/raw
   converted), and what `LeRobotDataset` returns for it;
 - `from_store_lerobot_tools.json`: lerobot's own tools run on `from_store/` (statistics lerobot computes on its
-  frames, `aggregate_stats`, `delete_episodes`, `merge_datasets` with a dataset lerobot wrote).
+  frames, `aggregate_stats`, `delete_episodes`, `merge_datasets` with a dataset lerobot wrote);
+- `from_store_444/` and `from_store_444_read_by_lerobot.npz`: the same store exported at full colour resolution
+  (`to_lerobot(codec="hevc", chroma="444", crf=18)`: yuv444p HEVC), and what `LeRobotDataset` returns for it.
+`--parts 444` makes only the last two (the others as they are).
 """
 import argparse, json, shutil, subprocess, tempfile
 from pathlib import Path
+
+import zarr
 
 HERE = Path(__file__).parent
 
@@ -19,16 +24,23 @@ HERE = Path(__file__).parent
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--python", required=True)
+    ap.add_argument("--parts", default="all", help="all, or 444 (the full-colour export only)")
     a = ap.parse_args()
     side = lambda *args: subprocess.run([a.python, HERE / "lerobot_side.py", *map(str, args)], check=True)
-    side("write", HERE / "written_by_lerobot")
-    side("read", HERE / "written_by_lerobot", HERE / "read_by_lerobot.npz")
+    if a.parts == "all":
+        side("write", HERE / "written_by_lerobot")
+        side("read", HERE / "written_by_lerobot", HERE / "read_by_lerobot.npz")
     from dptoolkit.convert import convert, to_lerobot
     with tempfile.TemporaryDirectory() as t:
         store = convert(HERE.parent / "robotwin/raw", Path(t) / "robotwin.zarr", workers=1, progress=False).path
-        shutil.rmtree(HERE / "from_store", ignore_errors=True)
-        to_lerobot(store, HERE / "from_store", progress=False)
-    side("read", HERE / "from_store", HERE / "from_store_read_by_lerobot.npz")
+        del zarr.open_group(str(store), mode="r+").attrs["instructions"]   # tasks by name, as `from_store/` has them
+        for name, kw in ([("from_store", {})] if a.parts == "all" else []) + [
+                ("from_store_444", dict(codec="hevc", chroma="444", crf=18))]:
+            shutil.rmtree(HERE / name, ignore_errors=True)
+            to_lerobot(store, HERE / name, progress=False, **kw)
+    if a.parts == "all": side("read", HERE / "from_store", HERE / "from_store_read_by_lerobot.npz")
+    side("read", HERE / "from_store_444", HERE / "from_store_444_read_by_lerobot.npz")
+    if a.parts != "all": return
     side("tools", HERE / "from_store", HERE / "from_store_lerobot_tools.json")
     v = subprocess.run([a.python, "-c", "import lerobot, torch, av; print(lerobot.__version__, torch.__version__, "
                         "av.__version__)"], capture_output=True, text=True, check=True).stdout.split()
