@@ -5,8 +5,13 @@ frames of the committed fixture (tests/data/lerobot/read_by_lerobot.npz, written
 torchcodec needs FFmpeg's shared libraries (Debian: `apt-get install ffmpeg`); it is not a dependency of ours, so run
 this in a side environment: python -m venv --system-site-packages V && V/bin/pip install --no-deps torchcodec==0.17 &&
 V/bin/python bench/torchcodec_windows.py [--frames 150] [--windows 100]
+
+`--reader`: the toolkit's own LeRobot reader (`SequenceDataset(storage="chunks")` over a dataset `to_lerobot` wrote,
+read in place) with each decoder (`DPT_VIDEO_BACKEND`), random 8-step windows of 2 observed frames at 240x320, for
+lerobot's AV1 and for HEVC 4:4:4 crf 22; the two decoders alternate, `--repeats` times, medians; and whether every
+window is the same under both. Needs torchcodec loading here (`dptoolkit[convert]` and `apt-get install ffmpeg`).
 """
-import argparse, glob, io, sys, tempfile, time
+import argparse, glob, io, json, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +46,48 @@ def fixture_check():
     return np.array_equal(got, ref), int(np.abs(got.astype(int) - ref).max())
 
 
+def reader_rates(a):
+    "Windows/s of the toolkit's reader with each decoder, on the same datasets, in one run."
+    import os, subprocess
+    from dptoolkit.convert import to_lerobot
+    from dptoolkit.store import write_store
+    frames = photo_path(a.frames, 240, 320)
+    tmp = Path(tempfile.mkdtemp())
+    ends = np.arange(50, len(frames) + 1, 50)
+    state = np.random.default_rng(0).normal(size=(len(frames), 14)).astype(np.float32)
+    write_store(tmp / "dec.zarr", {"state": state, "action": state,
+                                   "head_camera": np.ascontiguousarray(frames.transpose(0, 3, 1, 2))}, ends)
+    sets = {"AV1 yuv420p crf 30 (lerobot's)": {}, "HEVC yuv444p crf 22": dict(codec="hevc", chroma="444", crf=22)}
+    code = ("import sys, time, json, numpy as np\nfrom dptoolkit.dataset import SequenceDataset\n"
+            "ds = SequenceDataset(sys.argv[1], 8, 2, 1, 5, keys=['head_camera', 'state'], storage='chunks')\n"
+            "idx = np.random.default_rng(0).integers(0, len(ds), int(sys.argv[2]))\n"
+            "ds.__getitems__(idx[:4].tolist()); t = time.perf_counter()\n"
+            "b = ds.__getitems__(idx.tolist())\n"
+            "print(json.dumps([len(idx) / (time.perf_counter() - t), int(b['obs']['head_camera'].sum())]))")
+    print("| frames | PyAV windows/s | torchcodec windows/s | ratio | same windows |")
+    print("|---|---:|---:|---:|---|")
+    for label, kw in sets.items():
+        lr = tmp / label.split()[0]
+        to_lerobot(tmp / "dec.zarr", lr, fps=30, progress=False, **kw)
+        got = {"pyav": [], "torchcodec": []}
+        for _ in range(a.repeats):
+            for b in got:
+                r = subprocess.run([sys.executable, "-c", code, str(lr), str(a.windows)], capture_output=True,
+                                   text=True, check=True, env={**os.environ, "DPT_VIDEO_BACKEND": b,
+                                                               "OMP_NUM_THREADS": "1"})
+                got[b].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        med = {b: float(np.median([x[0] for x in v])) for b, v in got.items()}
+        same = len({x[1] for v in got.values() for x in v}) == 1
+        print(f"| {label} | {med['pyav']:,.0f} | {med['torchcodec']:,.0f} | {med['torchcodec'] / med['pyav']:.2f} "
+              f"| {same} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=150); ap.add_argument("--windows", type=int, default=100)
+    ap.add_argument("--reader", action="store_true"); ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
+    if a.reader: return reader_rates(a)
     import os
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import av, torch, torchcodec

@@ -432,6 +432,7 @@ def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None, s
     `frames_per_step` of them (a rank's batch × observed steps). `size`: the (h, w) the policy resizes frames to; the
     cache holds them at that size (`cache_sizes`)."""
     import time
+    from dptoolkit.lerobot import video_backend                    # which decoder reads a LeRobot camera here
     info = info or describe(path)
     g, out, small = open_store(path), [], resized_info(info, cache_sizes(info, keys, size))
     for k in keys:
@@ -443,7 +444,8 @@ def decode_plan(path, keys, frames_per_step: int, sample: int = 16, info=None, s
         t = time.perf_counter()
         for i in idx: arr[int(i)]
         fps = len(idx) / max(time.perf_counter() - t, 1e-9)
-        out.append(f"data/{k}: {_fmt_bytes(_at_rest(path, k))} at rest as {a.compressor} frames, "
+        by = f" ({video_backend()} decodes it)" if str(a.compressor).startswith("video-") else ""
+        out.append(f"data/{k}: {_fmt_bytes(_at_rest(path, k))} at rest as {a.compressor} frames{by}, "
                    f"{_fmt_bytes(a.nbytes)} decoded; one core decodes {fps:,.0f} frames/s here, a step reads "
                    f"{frames_per_step}: one loader worker feeds {fps / max(frames_per_step, 1):,.1f} steps/s "
                    f"(storage: chunks); storage: mmap decodes it once into the cache "

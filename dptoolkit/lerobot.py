@@ -13,7 +13,7 @@ import zarr
 
 # %% auto #0
 __all__ = ['LeRobotError', 'is_lerobot', 'parquet', 'read_table', 'lerobot_features', 'lerobot_meta', 'lerobot_low_dim',
-           'camera_files', 'video_frames', 'FrameReader', 'lerobot_group', 'lerobot_bytes']
+           'camera_files', 'video_frames', 'video_backend', 'FrameReader', 'lerobot_group', 'lerobot_bytes']
 
 # %% ../nbs/00b_lerobot.ipynb #71e71c6c
 class LeRobotError(ValueError):
@@ -152,32 +152,68 @@ def video_frames(path, camera, j0, j1, extra, where, fit) -> np.ndarray:
         raise LeRobotError(f"{path} ({where}): {camera} has {got} frames from {t0:.3f} s on, the episode table "
                            f"says {n}")
 
+# %% ../nbs/00b_lerobot.ipynb #5b1d0e02
+_BACKENDS = ("pyav", "torchcodec")
+
+_TORCHCODEC = []   # this process's answer, once asked: [None] (it loads) or [why it does not]
+
+def _torchcodec_loads() -> str | None:
+    "None when torchcodec's decoder loads in this process, else why not."
+    if not _TORCHCODEC:
+        try:
+            import torchcodec
+            from torchcodec.decoders import VideoDecoder  # noqa: F401
+            # its decoders load FFmpeg's libraries only when first used; the package says whether they loaded
+            ok = torchcodec.ffmpeg_major_version is not None
+            _TORCHCODEC.append(None if ok else "FFmpeg's shared libraries (4 to 9) were not found")
+        except Exception as e:                      # not installed, a torch it was not built for
+            first = (str(e).strip().splitlines() or [""])[0][:120]
+            _TORCHCODEC.append(f"{type(e).__name__}: {first}")
+    return _TORCHCODEC[0]
+
+def video_backend() -> str:
+    "The decoder this process reads LeRobot videos with: `torchcodec` where it loads, else `pyav` (DPT_VIDEO_BACKEND)."
+    want = os.environ.get("DPT_VIDEO_BACKEND", "").strip().lower() or "auto"
+    if want not in ("auto", *_BACKENDS):
+        raise LeRobotError(f"DPT_VIDEO_BACKEND={want!r}: expected auto, pyav or torchcodec")
+    if want == "pyav": return "pyav"
+    why = _torchcodec_loads()
+    if want == "torchcodec" and why:
+        raise LeRobotError(f"DPT_VIDEO_BACKEND=torchcodec: torchcodec does not load here ({why}); pip install "
+                           "torchcodec (the release built for your torch) and FFmpeg's libraries (apt-get install "
+                           "ffmpeg), or leave DPT_VIDEO_BACKEND unset to read with PyAV")
+    return "pyav" if why else "torchcodec"
+
 # %% ../nbs/00b_lerobot.ipynb #f17110a9
 class _Video:
     "One open mp4 in this process, decoded forward; `next` is the file frame its decoder yields next."
     def __init__(self, path): self.path, self.c, self.it, self.next = path, None, None, -1
 
     def close(self):
-        if self.c is not None: self.c.close()
+        if self.c is not None and hasattr(self.c, "close"): self.c.close()     # PyAV's container (torchcodec's: none)
         self.c = self.it = None
 
 class FrameReader:
     """Frames of one camera by global index, in any order: `(3, H, W)` uint8 (`files`, `from_ts`: `camera_files`;
     `ends`: the episode ends; `shape`: (H, W) that meta/info.json promises). One per process: decoders are not shared
-    across a fork. `ahead`: how many frames past its position a decoder decodes through rather than seek."""
-    def __init__(self, camera, files, from_ts, fps, ends, shape, keep: int = 32, ahead: int = 8):
+    across a fork. `ahead`: how many frames past its position a decoder decodes through rather than seek. `backend`:
+    `pyav` or `torchcodec` (None: `video_backend()` in each process)."""
+    def __init__(self, camera, files, from_ts, fps, ends, shape, keep: int = 32, ahead: int = 8, backend=None):
         self.camera, self.files, self.from_ts, self.fps = camera, list(files), np.asarray(from_ts, float), float(fps)
         self.ends, self.shape, self.keep, self.ahead = np.asarray(ends, np.int64), tuple(shape), keep, ahead
         self.starts = np.concatenate([[0], self.ends[:-1]])
         self._pid, self._videos, self._frames, self.seeks, self.decoded = None, {}, OrderedDict(), 0, 0
+        self.backend, self._backend = backend, None
 
     def _video(self, path) -> _Video:
-        if self._pid != os.getpid(): self._pid, self._videos, self._frames = os.getpid(), {}, OrderedDict()
+        if self._pid != os.getpid():
+            self._pid, self._videos, self._frames = os.getpid(), {}, OrderedDict()
+            self._backend = self.backend or video_backend()
         v = self._videos.get(path)
         if v is None: v = self._videos[path] = _Video(path)
         return v
 
-    def __getstate__(self): return dict(self.__dict__, _pid=None, _videos={}, _frames=OrderedDict())
+    def __getstate__(self): return dict(self.__dict__, _pid=None, _videos={}, _frames=OrderedDict(), _backend=None)
 
     def where(self, i: int) -> tuple:
         "(episode, mp4, frame number in that file) of global frame `i`."
@@ -190,7 +226,8 @@ class FrameReader:
         v = self._video(path)
         hit = self._frames.get((path, k))
         if hit is not None: return hit
-        self._decode(v, k, f"episode {e}, frame {i - self.starts[e]}")
+        where = f"episode {e}, frame {i - self.starts[e]}"
+        (self._decode_torchcodec if self._backend == "torchcodec" else self._decode)(v, k, where)
         return self._frames[(path, k)]
 
 # %% ../nbs/00b_lerobot.ipynb #533ef12d
@@ -230,6 +267,40 @@ def _decode(self: FrameReader, v: _Video, k: int, where: str):
 
 FrameReader._seek, FrameReader._decode = _seek, _decode
 
+# %% ../nbs/00b_lerobot.ipynb #5b1d0e05
+def _decode_torchcodec(self: FrameReader, v: _Video, k: int, where: str):
+    "Frame `k` of `v` from torchcodec's decoder, kept as `_decode` keeps it."
+    from torchcodec.decoders import VideoDecoder
+    try:
+        if v.c is None:
+            if not Path(v.path).is_file(): raise _missing(v.path, self.camera, "episode table")
+            # threads as PyAV's decoder has them (0: FFmpeg's choice), so the two compare like for like
+            v.c = VideoDecoder(str(v.path), seek_mode="approximate", dimension_order="NCHW", num_ffmpeg_threads=0)
+        n = v.c.metadata.num_frames
+        if n is not None and k >= n: raise IndexError(k)
+        fr = v.c.get_frame_at(k)
+    except LeRobotError: raise
+    except IndexError:
+        raise LeRobotError(f"{v.path} ({where}): {self.camera} ends at file frame {n}, the episode table needs "
+                           f"frame {k}: the video is shorter than its episodes' timestamps") from None
+    except Exception as e:
+        v.close()
+        raise LeRobotError(f"{v.path} ({where}): {self.camera} cannot be decoded ({type(e).__name__}: "
+                           f"{str(e)[:100]})") from None
+    img = fr.data.numpy()
+    if img.shape[1:] != self.shape:
+        raise LeRobotError(f"{v.path} ({where}): {self.camera} frames are {img.shape[1]}×{img.shape[2]}, "
+                           f"meta/info.json says {self.shape[0]}×{self.shape[1]}")
+    if int(round(fr.pts_seconds * self.fps)) != k:
+        raise LeRobotError(f"{v.path} ({where}): {self.camera} frame {k} is at {fr.pts_seconds:.3f} s, not "
+                           f"{k / self.fps:.3f} s: its frames are not one per 1/{self.fps:g} s; read it with "
+                           "DPT_VIDEO_BACKEND=pyav")
+    self._frames[(v.path, k)] = np.ascontiguousarray(img)
+    if len(self._frames) > self.keep: self._frames.popitem(last=False)
+    self.decoded += 1
+
+FrameReader._decode_torchcodec = _decode_torchcodec
+
 # %% ../nbs/00b_lerobot.ipynb #f5211834
 class _Frames(dict):
     "A MemoryStore's mapping whose camera chunks are decoded when they are read."
@@ -264,6 +335,7 @@ def _video_info(meta, feature, files) -> dict:
                 files=len(set(files)), bytes=sum(os.path.getsize(f) for f in set(files) if os.path.isfile(f)))
 
 def _build(path: Path):
+    if os.environ.get("DPT_VIDEO_BACKEND", "").strip(): video_backend()   # a decoder asked for: refused before a read
     meta = lerobot_meta(path)
     low, lengths, task_of = lerobot_low_dim(meta, meta["low_dim"])
     fps, ends = float(meta["info"]["fps"]), np.cumsum(lengths)

@@ -159,3 +159,38 @@ def test_a_video_of_another_size_than_info_says_is_named(tmp_path):
         open_store(bad)["data/top_camera"][0]        # zarr's own read: LeRobotError, a ValueError
     with pytest.raises(StoreError, match="top_camera frames are 48×64, meta/info.json says 96×128"):
         SequenceDataset(bad, **KEYS, storage="memory")   # the toolkit's: StoreError
+
+
+@pytest.mark.parametrize("backend", ["pyav", "torchcodec"])
+def test_either_decoder_serves_the_same_windows(tmp_path, monkeypatch, backend):
+    """Issue 88: the reader decodes with torchcodec where it loads, PyAV otherwise (DPT_VIDEO_BACKEND decides); both
+    serve every window of the converted store (which PyAV decoded), pixel for pixel."""
+    from dptoolkit.lerobot import _torchcodec_loads, video_backend
+    if backend == "torchcodec" and _torchcodec_loads():
+        pytest.skip(f"torchcodec does not load here ({_torchcodec_loads()}): its FFmpeg libraries are missing")
+    monkeypatch.setenv("DPT_VIDEO_BACKEND", backend)
+    lr = tmp_path / "lr"
+    shutil.copytree(LR, lr)                                   # a folder of its own: its readers start with `backend`
+    conv = from_lerobot(lr, tmp_path / "conv.zarr", workers=1, progress=False)
+    ref = _batches(SequenceDataset(conv.path, **KEYS, storage="memory"))
+    got = _batches(SequenceDataset(lr, **KEYS, storage="chunks"))
+    assert video_backend() == backend
+    assert np.array_equal(got["obs"]["top_camera"].numpy(), ref["obs"]["top_camera"].numpy())
+
+
+def test_torchcodec_that_does_not_load_falls_back_to_pyav_or_is_one_line():
+    """Where torchcodec does not load (here: as if not installed), the reader uses PyAV, and `dpt inspect --verify`
+    decodes every frame; asked for torchcodec there (DPT_VIDEO_BACKEND=torchcodec), it is one line saying what to
+    install."""
+    import subprocess, sys
+    code = ("import sys; sys.modules['torchcodec'] = None\n"     # as if the package were not installed
+            "from dptoolkit.cli import console\n"
+            f"sys.argv = ['dpt', 'inspect', {str(LR)!r}, '--verify']\nsys.exit(console())")
+    run = lambda env: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                                     env={**__import__("os").environ, **env})
+    ok = run({"DPT_VIDEO_BACKEND": "auto"})
+    assert ok.returncode == 0 and "video-av1" in ok.stdout, ok.stderr[-2000:]
+    r = run({"DPT_VIDEO_BACKEND": "torchcodec"})
+    err = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "DPT_VIDEO_BACKEND=torchcodec: torchcodec does not load here" in err[0] and "apt-get install ffmpeg" in err[0]
