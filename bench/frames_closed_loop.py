@@ -2,7 +2,8 @@
 (issue 88's closed-loop goal). ALOHA transfer-cube camera demonstrations (`--demos`, DART σ 0.02, head camera
 `--size`, only the successes kept) are kept three ways: our decoded store (Blosc LZ4), the LeRobot v3 dataset
 `to_lerobot` writes from it (AV1, crf 30, a keyframe every 2 frames: lerobot's defaults) read **in place**, and
-one JPEG chunk a frame (q95) written from the decoded store's frames (`jpeg`: an image-codec store, compressed once,
+LeRobot v3 at full colour resolution (`hevc444`: `to_lerobot(codec="hevc", chroma="444", crf=--video-crf)`, yuv444p,
+read in place), one JPEG chunk a frame (q95) written from the decoded store's frames (`jpeg`: an image-codec store, compressed once,
 as `dpt convert --frames jpeg` writes them; `jpeg-of-av1`: the same codec over the LeRobot dataset's AV1-decoded frames,
 `dpt convert LEROBOT --frames jpeg`, compressed twice). Each source trains issue 36's pixel
 recipe with the aux target (flow predicting the clean chunk; bench/tasks.py's `single+aux`) for `--steps` steps per
@@ -31,13 +32,16 @@ def sources(a):
     lr = a.dir / "transfer_cube_lerobot"
     want = a.sources.split(",")
     if not lr.exists() and {"lerobot", "jpeg-of-av1"} & set(want): to_lerobot(d, lr, progress=False)
+    hv = a.dir / f"transfer_cube_lerobot_hevc444_crf{a.video_crf}"
+    if "hevc444" in want and not hv.exists():
+        to_lerobot(d, hv, codec="hevc", chroma="444", crf=a.video_crf, progress=False)
     ja = a.dir / "transfer_cube_jpeg_of_av1.zarr"
     if "jpeg-of-av1" in want and not ja.exists(): convert(lr, ja, frames="jpeg", quality=95, progress=False)
     jp = a.dir / "transfer_cube_jpeg.zarr"
     if "jpeg" in want and not jp.exists(): jpeg_store(d, jp)
     j4 = a.dir / "transfer_cube_jpeg444.zarr"
     if "jpeg444" in want and not j4.exists(): jpeg_store(d, j4, subsampling="444")
-    return {"decoded": d, "lerobot": lr, "jpeg": jp, "jpeg-of-av1": ja, "jpeg444": j4}
+    return {"decoded": d, "lerobot": lr, "jpeg": jp, "jpeg-of-av1": ja, "jpeg444": j4, "hevc444": hv}
 
 
 def jpeg_store(src, dest, quality=95, subsampling=None):
@@ -69,7 +73,9 @@ def at_rest(path) -> int:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--sources", default="decoded,lerobot,jpeg", help="of decoded, lerobot, jpeg, jpeg444, jpeg-of-av1")
+    ap.add_argument("--sources", default="decoded,lerobot,jpeg",
+                    help="of decoded, lerobot, jpeg, jpeg444, jpeg-of-av1, hevc444")
+    ap.add_argument("--video-crf", type=int, default=18, help="hevc444's crf (bench/frames_chroma.py picks it)")
     ap.add_argument("--demos", type=int, default=60); ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--size", default="72,96", help="camera frames H,W")
     ap.add_argument("--train-seeds", default="0,1"); ap.add_argument("--steps", type=int, default=2000)
@@ -88,7 +94,7 @@ def main():
     rows = []
     for seed in [int(s) for s in a.train_seeds.split(",")]:
         for name, store in src.items():
-            rd = a.dir / f"{name}-seed{seed}"
+            rd = a.dir / (f"{name}-crf{a.video_crf}-seed{seed}" if name == "hevc444" else f"{name}-seed{seed}")
             if not (rd / "result.json").exists():
                 cfg = for_store(store, name="test", overrides=[
                     "task.dataset.obs_keys=[head_camera,state,env_state]", f"training.max_steps={a.steps}",
