@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from . import __version__
 from .codecs import (CodecError, check_frames, frame_chroma, frame_chunks, frame_codec,   # codecs chapter
                               register_codecs)
-from .processes import worker_count, worker_pool   # the ground floor's (processes chapter)
+from .processes import keep_scheduling, worker_count, worker_pool   # the ground floor's (processes chapter)
 from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta, parquet,  # LeRobot chapter
                                video_frames)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
@@ -550,6 +550,7 @@ def _close_video(out, s):
     for p in s.encode(): out.mux(p)
     out.close()
 
+@keep_scheduling()   # SVT-AV1 run as root leaves the thread real-time (SCHED_FIFO 99): processes chapter
 def encode_camera(arr, lengths, root: Path, feature: str, fps, *, codec="libsvtav1", crf=30, file_mb=200,
                   chunk_steps=100, bar=None, pix_fmt="yuv420p") -> tuple:
     """One camera's frames (a zarr array, (N, 3, H, W) uint8) → `videos/<feature>/chunk-*/file-*.mp4` in `codec` at

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 from fastcore.basics import patch
 
-from .processes import _context, _drop_server_alive_fd, _release_sigterm, is_ours   # the floor below (processes)
+from .processes import (_context, _drop_server_alive_fd, _release_sigterm, is_ours,  # the floor below
+                                 normal_scheduling)                                        # (processes chapter)
 from .stall import StallWatch                                               # (stall watch chapter)
 
 # %% auto #0
@@ -107,6 +108,7 @@ def _watchdog(parent_pid):
 def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env, launcher_env):
     _release_sigterm()     # the forkserver ignores it and holds it blocked (`_hold_sigterm`); a rank must not
     _drop_server_alive_fd()   # the server ends when its launcher does, whatever ranks still run (issue 81)
+    normal_scheduling()       # never real-time, whatever the launcher was (a spawned rank inherits it): processes
     import dptoolkit.launch as m
     m._CHANNEL = (conn, threading.Lock(), rank)
     stop = _forward_fds(rank) if forward else (lambda: None)

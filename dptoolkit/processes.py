@@ -4,15 +4,15 @@
 
 # %% ../nbs/06a_processes.ipynb #b9891769
 from __future__ import annotations
-import importlib, io, json, os, signal, socket, sys, threading, time, traceback
+import contextlib, importlib, io, json, os, signal, socket, sys, threading, time, traceback
 import multiprocessing.util as mpu
 
 import torch
 import torch.multiprocessing as mp
 
 # %% auto #0
-__all__ = ['DIFFUSERS_PRELOAD', 'start_forkserver', 'pid_alive', 'start_detached', 'worker_count', 'worker_pool',
-           'die_with_parent', 'is_ours', 'call_command', 'start_call', 'call_main']
+__all__ = ['DIFFUSERS_PRELOAD', 'keep_scheduling', 'normal_scheduling', 'start_forkserver', 'pid_alive', 'start_detached',
+           'worker_count', 'worker_pool', 'die_with_parent', 'is_ours', 'call_command', 'start_call', 'call_main']
 
 # %% ../nbs/06a_processes.ipynb #bb15b994
 _preloaded = set()
@@ -41,6 +41,24 @@ def _context(start_method, fn=None):
                                     *DIFFUSERS_PRELOAD, *ours])
         _preloaded.add("forkserver")
     return ctx
+
+# %% ../nbs/06a_processes.ipynb #3a7c0d02
+_REALTIME = tuple(getattr(os, n) for n in ("SCHED_FIFO", "SCHED_RR") if hasattr(os, n))
+
+@contextlib.contextmanager
+def keep_scheduling():
+    "The calling thread's scheduling policy and priority as they were before the block, whatever ran inside it."
+    saved = (os.sched_getscheduler(0), os.sched_getparam(0)) if hasattr(os, "sched_getscheduler") else None
+    try: yield
+    finally:
+        if saved is not None and (os.sched_getscheduler(0), os.sched_getparam(0)) != saved:
+            os.sched_setscheduler(0, *saved)
+
+def normal_scheduling() -> bool:
+    "A thread that inherited a real-time policy (SCHED_FIFO, SCHED_RR) back on the normal one; True when it had one."
+    if not _REALTIME or os.sched_getscheduler(0) not in _REALTIME: return False
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    return True
 
 # %% ../nbs/06a_processes.ipynb #929fa0dc
 def _in_forkserver_preload() -> bool:
@@ -72,6 +90,7 @@ def _end_at_once():
     atexit.register(lambda: os._exit(0) if os.getpid() == server else None)
 
 if _in_forkserver_preload():
+    normal_scheduling()
     _hold_sigterm()
     _end_at_once()
 
@@ -114,6 +133,7 @@ def _forked_server(listener_fd, alive_r):
                 if callable(signal.getsignal(s)): signal.signal(s, signal.SIG_DFL)
             except (OSError, ValueError): pass
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        normal_scheduling()
         _hold_sigterm()                                      # as the preloaded server does (above)
         import faulthandler
         if faulthandler.is_enabled(): faulthandler.disable()   # its file may be one of the fds closed below

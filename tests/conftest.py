@@ -29,6 +29,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "solo: runs alone, after the parallel test files (timing-sensitive)")
 
 
+@pytest.fixture(autouse=True)
+def _never_real_time():
+    """SVT-AV1 run as root (CI) moves the thread that encodes to SCHED_FIFO 99, and every process it starts after
+    inherits it: rank processes spinning at real-time priority starved the threads they waited for and CI hung
+    (processes chapter). A test that leaves this process real-time fails here, and the policy is put back."""
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0)
+    if after != before:
+        os.sched_setscheduler(0, *before)
+        pytest.fail(f"this test left the pytest process's scheduling at {after} (was {before}): encode inside "
+                    "processes.keep_scheduling()")
+
+
 @pytest.fixture(scope="session")
 def tasks_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tasks")

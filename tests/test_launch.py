@@ -299,3 +299,31 @@ def test_a_sigkilled_launcher_leaves_no_rank_or_worker(merged, tmp_path):
     left = _killed_launcher_leaves_nothing(["dpt", "rollout", tmp_path / "p", "--episodes", 50, "--workers", 2,
                                             "--no-progress"], want=3)
     assert not left, [(k.pid, k.cmdline()[-3:]) for k in left]
+
+
+def _policy():
+    "Every rank's scheduling policy (rank 0's return is the launch's)."
+    import os, torch.distributed as dist
+    got = [None] * dist.get_world_size()
+    dist.all_gather_object(got, os.sched_getscheduler(0))
+    return got
+
+
+def test_nothing_the_toolkit_starts_runs_real_time(tmp_path):
+    """CI hung on it (2026-12-07): SVT-AV1, encoding as root, left the pytest process at SCHED_FIFO 99, and two ranks
+    started after it spun at that priority on 2 cores, starving the threads they waited for. The encoder gives the
+    policy back; ranks of a launcher that is real-time anyway (forked by the server or spawned) run the normal one."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("av")
+    from dptoolkit.convert import encode_camera
+    frames = np.random.default_rng(0).integers(0, 255, (6, 3, 32, 32), dtype=np.uint8)
+    before = os.sched_getscheduler(0)
+    encode_camera(frames, [6], tmp_path, "observation.images.cam", 10)
+    assert os.sched_getscheduler(0) == before and (tmp_path / "videos").exists()
+    if os.geteuid() != 0: pytest.skip("only root may take a real-time policy here (as SVT-AV1 does under root)")
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    try:
+        got = launch(_policy, nprocs=2, progress_bar=False) + launch(_policy, nprocs=1, start_method="spawn",
+                                                                     progress_bar=False)
+    finally: os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    assert got == [os.SCHED_OTHER] * 3, got             # rank 1 of the first launch included

@@ -134,9 +134,10 @@ def test_a_missing_video_is_named(tmp_path):
 
 def test_a_video_shorter_than_its_episodes_is_named(tmp_path):
     import av
+    from dptoolkit.processes import keep_scheduling
     bad = _copy(tmp_path)
     frames = open_store(LR)["data/top_camera"][:15]
-    with av.open(str(bad / MP4), "w") as c:            # the same file, cut after 15 of its 21 frames
+    with keep_scheduling(), av.open(str(bad / MP4), "w") as c:   # the same file, cut after 15 of its 21 frames
         s = c.add_stream("libsvtav1", rate=50)
         s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
         for f in frames:
