@@ -7,7 +7,9 @@ demonstrations, `--store`), (b) PushT renders at 96x96 (diffusion_policy's own s
 path over the photographs scikit-image bundles (bench/frames.py's), at 240x320. Ratios are to the AV1 row of the
 same frames, measured in this run.
 
-    python bench/frames_chroma.py [--store DIR/transfer_cube.zarr] [--frames 600] [--json out.json]
+    python bench/frames_chroma.py [--store DIR/transfer_cube.zarr] [--frames 600] [--json out.json] [--bframes]
+
+`--bframes` adds x264 / x265 with their default B-frames (kind `video+B`): what `to_lerobot`'s `bf=0` costs.
 """
 import argparse, json, os, sys, tempfile
 from pathlib import Path
@@ -23,6 +25,7 @@ VIDEOS = [("libsvtav1", "420", 30), ("h264", "420", 30), ("hevc", "420", 30), ("
           ("h264", "444", 18), ("h264", "444", 22), ("h264", "444", 26), ("hevc", "444", 18), ("hevc", "444", 22),
           ("hevc", "444", 26), ("hevc", "444", 30)]
 IMAGES = [("jpeg", "420", 95), ("jpeg", "444", 95), ("avif", "444", 80)]
+BFRAMES = [("h264", "444", 18), ("hevc", "444", 18), ("hevc", "444", 22)]   # --bframes: as the encoders default
 
 
 def cbcr(x):
@@ -36,15 +39,21 @@ def psnr(a, b):
     return float(10 * np.log10(255 ** 2 / max(np.mean((a.astype(np.float64) - b) ** 2), 1e-12)))
 
 
-def video_row(frames, codec, chroma, crf, tmp):
-    "(bytes, frames decoded back) of `frames` (N, H, W, 3) written as `to_lerobot` writes a camera, 50-step episodes."
+def video_row(frames, codec, chroma, crf, tmp, bframes=False):
+    """(bytes, frames decoded back) of `frames` (N, H, W, 3) written as `to_lerobot` writes a camera, 50-step episodes;
+    `bframes`: with the encoder's default B-frames (x264 / x265 put them in; `to_lerobot` writes none)."""
     import av
-    from dptoolkit.convert import encode_camera, video_pix_fmt
+    from dptoolkit import convert
     n = len(frames)
     lengths = np.full(n // 50, 50)
     root = Path(tempfile.mkdtemp(dir=tmp))
-    encode_camera(np.ascontiguousarray(frames[:lengths.sum()].transpose(0, 3, 1, 2)), lengths, root, "cam", 50,
-                  codec=codec, crf=crf, pix_fmt=video_pix_fmt(codec, chroma))
+    saved = convert._OPTIONS.get(codec)
+    if bframes and saved: convert._OPTIONS[codec] = {k: v for k, v in saved.items() if k != "bf"}
+    try:
+        convert.encode_camera(np.ascontiguousarray(frames[:lengths.sum()].transpose(0, 3, 1, 2)), lengths, root, "cam",
+                              50, codec=codec, crf=crf, pix_fmt=convert.video_pix_fmt(codec, chroma))
+    finally:
+        if saved is not None: convert._OPTIONS[codec] = saved
     mp4 = next(root.rglob("*.mp4"))
     with av.open(str(mp4)) as c:
         back = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])])
@@ -64,6 +73,7 @@ def main():
     ap.add_argument("--pusht", type=Path, default=ROOT.parent / "shared/data/pusht/pusht_cchi_v7_replay.zarr")
     ap.add_argument("--frames", type=int, default=600)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--bframes", action="store_true", help="also the rows of BFRAMES with the encoders' B-frames")
     a = ap.parse_args()
     sets = {}
     if a.store:
@@ -77,8 +87,11 @@ def main():
         for label, fr in sets.items():
             fr = fr[:len(fr) // 50 * 50]
             base = None
-            for kind, (name, chroma, q) in [("video", v) for v in VIDEOS] + [("image", i) for i in IMAGES]:
-                size, back = (video_row(fr, name, chroma, q, tmp) if kind == "video" else image_row(fr, name, chroma, q))
+            todo = ([("video", v) for v in VIDEOS] + [("image", i) for i in IMAGES]
+                    + [("video+B", v) for v in (BFRAMES if a.bframes else [])])
+            for kind, (name, chroma, q) in todo:
+                size, back = (image_row(fr, name, chroma, q) if kind == "image"
+                              else video_row(fr, name, chroma, q, tmp, bframes=kind == "video+B"))
                 base = base or size
                 rows.append(dict(frames=label, kind=kind, codec=name, chroma=chroma, q=q, KB=round(size / 1e3, 1),
                                  vs_av1=round(size / base, 2), psnr=round(psnr(back, fr), 1),
