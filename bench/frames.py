@@ -81,10 +81,12 @@ def image_codec_row(frames, kind, codec, reps=1):
 
 
 def encode_video(frames, codec, fps=30):
-    "Bytes of an mp4 as lerobot writes it: yuv420p, crf 30, g 2 (keyframe every 2 frames)."
+    """Bytes of an mp4 as lerobot writes it: yuv420p, crf 30, g 2 (keyframe every 2 frames); the thread's scheduling
+    given back after (SVT-AV1 run as root leaves it at SCHED_FIFO 99: the processes chapter)."""
     import av
+    from dptoolkit.processes import keep_scheduling
     buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as c:
+    with keep_scheduling(), av.open(buf, "w", format="mp4") as c:
         s = c.add_stream(codec, rate=fps)
         s.width, s.height, s.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         s.options = {"crf": "30", "g": "2"} if codec == "libx264" else {"crf": "30", "g": "2", "preset": "12"}
