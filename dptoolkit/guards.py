@@ -26,6 +26,9 @@ class StopSignal:
         for name in signals or ():
             sig = getattr(signal, str(name))
             self._old[sig] = signal.signal(sig, self._handle)
+        from dptoolkit.processes import stop_signal_heard   # one that reached this rank while it started (launch)
+        early = stop_signal_heard()
+        if early is not None and getattr(signal, early) in self._old: self._handle(getattr(signal, early), None)
     def _handle(self, signum, frame):
         import os, signal, sys, time
         name, now = signal.Signals(signum).name, time.monotonic()

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from fastcore.basics import patch
 
-from .processes import (_context, _drop_server_alive_fd, _release_sigterm, is_ours,  # the floor below
+from .processes import (_context, _drop_server_alive_fd, _hear_sigterm, _release_sigterm, is_ours,  # below
                                  normal_scheduling)                                        # (processes chapter)
 from .stall import StallWatch                                               # (stall watch chapter)
 
@@ -106,7 +106,7 @@ def _watchdog(parent_pid):
 
 # %% ../nbs/06_launch.ipynb #6df39716
 def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent_pid, forward, extra_env, launcher_env):
-    _release_sigterm()     # the forkserver ignores it and holds it blocked (`_hold_sigterm`); a rank must not
+    _hear_sigterm()        # held blocked by the forkserver (`_hold_sigterm`): recorded until `fn` is known (below)
     _drop_server_alive_fd()   # the server ends when its launcher does, whatever ranks still run (issue 81)
     normal_scheduling()       # never real-time, whatever the launcher was (a spawned rank inherits it): processes
     import dptoolkit.launch as m
@@ -128,7 +128,11 @@ def _child(rank, world, payload, conn, gpu_ids, backend, port, timeout_s, parent
         store = dist.TCPStore("127.0.0.1", port, world, False, datetime.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id)
+        # a function that installs its own stop handler (the training loop) adopts a SIGTERM heard while the rank
+        # started (processes.stop_signal_heard): it checkpoints and stops; any other gets the default (and dies)
+        if not getattr(fn, "hears_stop_signals", False): _release_sigterm()
         result = fn(*args, **kwargs)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # done: a SIGTERM now ends the rank
         dist.destroy_process_group()
         blob = cloudpickle.dumps(result) if rank == 0 else None
     except BaseException as e:

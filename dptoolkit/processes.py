@@ -11,8 +11,9 @@ import torch
 import torch.multiprocessing as mp
 
 # %% auto #0
-__all__ = ['DIFFUSERS_PRELOAD', 'keep_scheduling', 'normal_scheduling', 'start_forkserver', 'pid_alive', 'start_detached',
-           'worker_count', 'worker_pool', 'die_with_parent', 'is_ours', 'call_command', 'start_call', 'call_main']
+__all__ = ['DIFFUSERS_PRELOAD', 'keep_scheduling', 'normal_scheduling', 'stop_signal_heard', 'start_forkserver', 'pid_alive',
+           'start_detached', 'worker_count', 'worker_pool', 'die_with_parent', 'is_ours', 'call_command', 'start_call',
+           'call_main']
 
 # %% ../nbs/06a_processes.ipynb #bb15b994
 _preloaded = set()
@@ -62,25 +63,42 @@ def normal_scheduling() -> bool:
 
 # %% ../nbs/06a_processes.ipynb #929fa0dc
 def _in_forkserver_preload() -> bool:
-    "True while multiprocessing's forkserver imports this module (its preload list), in no other process."
+    """True while multiprocessing's forkserver imports this module (its preload list), in no other process: not in a
+    process the server forked, whose stack still holds the server's `main` under `_serve_one` (a launcher run as
+    `python -m dptoolkit.processes` has each rank import this module again, as `__mp_main__`)."""
     f, here = sys._getframe(), os.path.join("multiprocessing", "forkserver.py")
     while f is not None:
-        if f.f_code.co_name == "main" and f.f_code.co_filename.endswith(here): return True
+        if f.f_code.co_filename.endswith(here):
+            if f.f_code.co_name == "_serve_one": return False
+            if f.f_code.co_name == "main": return True
         f = f.f_back
     return False
 
 def _hold_sigterm():
-    """The forkserver's SIGTERM: ignored by the server and blocked; each process it forks takes the default back as it
-    starts (multiprocessing's after-fork hook, before any of its own code) and then receives a SIGTERM that reached it
-    while it was being born."""
+    """The forkserver's SIGTERM: ignored by the server and blocked; each process it forks hears one as it starts
+    (multiprocessing's after-fork hook, before any of its own code: `_hear_sigterm`), a SIGTERM that reached it while
+    it was being born included."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     server = os.getpid()      # its children only: not the children that a rank forks in turn (DataLoader workers)
-    mpu.register_after_fork(_hold_sigterm, lambda _: _release_sigterm() if os.getppid() == server else None)
+    mpu.register_after_fork(_hold_sigterm, lambda _: _hear_sigterm() if os.getppid() == server else None)
+
+_heard = []
+def _hear_sigterm():
+    "SIGTERM recorded, not fatal, until the process's own handler takes over (`stop_signal_heard`) or the default does."
+    signal.signal(signal.SIGTERM, lambda signum, frame: _heard.append(signal.Signals(signum).name))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 def _release_sigterm():
+    "SIGTERM's default back; one heard since the process started is received now (it ends the process)."
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if _heard: os.kill(os.getpid(), signal.SIGTERM)
+
+def stop_signal_heard() -> str | None:
+    """The signal's name when a SIGTERM reached this process while it started (a rank, before its loop installed its
+    handler: guards.StopSignal asks), once; else None."""
+    return _heard.pop() if _heard else None
 
 def _end_at_once():
     """The server's end when its last launcher has gone: `os._exit` as the interpreter starts its teardown (the

@@ -290,6 +290,7 @@ def train_worker(cfg, policy=None) -> dict:
     finally:   # also on an error: no heartbeat thread may outlive the process group
         _leave(stop, beat)
     return _finish(R, W)
+train_worker.hears_stop_signals = True   # a SIGTERM while the rank starts: its StopSignal adopts it (launch)
 
 # %% ../nbs/05_train.ipynb #a870806c
 @dataclass

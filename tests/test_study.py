@@ -86,4 +86,9 @@ def test_ctrl_c_while_runs_start_records_them_stopped_not_failed(merged, tmp_pat
             p.wait(timeout=180)
     rec = _records(out)["optimizer.lr=0.001-seed0"]
     assert rec["status"] == "stopped", (rec, err[-2000:])
+    # the signal that came while the rank started was heard, not lost: before 2026-12-07 each rank of a launcher run as
+    # `python -m dptoolkit.processes` re-imported that module and took itself for the fork server (ignoring SIGTERM),
+    # so the run trained on until the launcher's 120 s grace ran out
+    log = (out / "runs" / "optimizer.lr=0.001-seed0" / "study.log").read_text()
+    assert "did not stop within" not in log and "stopped by SIGTERM" in log, log[-2000:]
     assert "failed" not in dpt("study", out, "--status", check=0).stdout
