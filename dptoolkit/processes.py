@@ -81,7 +81,13 @@ def _hold_sigterm():
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     server = os.getpid()      # its children only: not the children that a rank forks in turn (DataLoader workers)
-    mpu.register_after_fork(_hold_sigterm, lambda _: _hear_sigterm() if os.getppid() == server else None)
+    mpu.register_after_fork(_hold_sigterm, lambda _: _after_fork() if os.getppid() == server else None)
+
+def _after_fork():
+    "A process the server forked, as it starts: a rank hears SIGTERM (`_hear_sigterm`); any other gets the default."
+    target = getattr(mp.current_process(), "_target", None)
+    ours = (getattr(target, "__module__", None), getattr(target, "__name__", None)) == ("dptoolkit.launch", "_child")
+    _hear_sigterm() if ours else _release_sigterm()
 
 _heard = []
 def _hear_sigterm():
