@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 from fastcore.basics import patch
 
-from .processes import (_context, _drop_server_alive_fd, _hear_sigterm, _release_sigterm, is_ours,  # below
-                                 normal_scheduling)                                        # (processes chapter)
+from .processes import _context, _drop_server_alive_fd, is_ours   # the floor below (processes chapter)
+from .processes import _hear_sigterm, _release_sigterm, normal_scheduling
 from .stall import StallWatch                                               # (stall watch chapter)
 
 # %% auto #0
