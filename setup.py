@@ -14,8 +14,9 @@ sim_reqs = shlex.split(cfg.get("sim_requirements", ""))
 convert_reqs = shlex.split(cfg.get("convert_requirements", ""))
 language_reqs = shlex.split(cfg.get("language_requirements", ""))
 codecs_reqs = shlex.split(cfg.get("codecs_requirements", ""))
-dev_reqs = (shlex.split(cfg.get("dev_requirements", "")) + sim_reqs + convert_reqs
-            + language_reqs + codecs_reqs)   # the tests run those chapters too
+# the tests run those chapters too; the simulators (`sim`) are installed one at a time by tools/setup.sh, so that one
+# without wheels for an interpreter (gym-aloha's labmaze on Python 3.13) costs only its own chapters and tests
+dev_reqs = shlex.split(cfg.get("dev_requirements", "")) + convert_reqs + language_reqs + codecs_reqs
 scripts = [s for s in cfg.get("console_scripts", "").split() if s]
 
 setuptools.setup(

@@ -141,10 +141,16 @@ def cmd_config(a):
     from omegaconf import OmegaConf
     from dptoolkit.config import for_store, load_config, plan, select_config, resolve_devices
     src = a.path_or_dim
-    if src.isdigit(): cfg = load_config(a.name or select_config(int(src)), a.overrides)
-    else: cfg = for_store(src, a.overrides, name=a.name)
+    notes = []
+    if src.isdigit():
+        from dptoolkit.config import choose_config
+        name, why = (a.name, "named") if a.name else choose_config(int(src))
+        cfg, notes = load_config(name, a.overrides), [f"config {name}: {why}"]
+    else: cfg = for_store(src, a.overrides, name=a.name, notes=notes)
     n = a.nprocs or resolve_devices().nprocs
     print(OmegaConf.to_yaml(cfg), end="")
+    for line in notes: print(f"# {line}")           # what was picked and why, what was adapted
+
     also = [c for c in _also_packaged(src) if c != cfg.name] if not src.isdigit() and not a.name else []
     if also: print(f"# also packaged for this store: {', '.join(also)} (dpt config {src} --name {also[0]})")
     pl = plan(cfg, n)
@@ -173,7 +179,11 @@ def _fork_server():
 def cmd_train(a):
     from dptoolkit.config import for_store, load_config
     ov = list(a.overrides)
-    if a.data: cfg = for_store(a.data, ov, name=a.config)
+    if a.data:
+        notes = []
+        cfg = for_store(a.data, ov, name=a.config, notes=notes)
+        for line in notes[bool(a.config):1] + notes[2:]: print(f"dpt train: {line}", file=sys.stderr)  # picked; adapted
+
     else:
         cfg = load_config(a.config or "robot_dp_14", ov)
         if not cfg.task.dataset.zarr_path: raise CLIError("no data: pass --data PATH (a replay-buffer zarr store)")

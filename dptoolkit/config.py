@@ -13,12 +13,13 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from fastcore.basics import patch
 
-from .store import StoreError, describe
+from .store import StoreError, describe, frame_layout
+
 
 # %% auto #0
-__all__ = ['DIM_CONFIGS', 'CONTENT_CONFIGS', 'MEMORY_NOTES', 'ConfigError', 'config_dir', 'available_configs', 'select_config',
-           'check_config', 'apply_overrides', 'load_config', 'store_cameras', 'for_store', 'Plan', 'plan', 'Devices',
-           'resolve_devices', 'memory_notes', 'ConfigForm', 'config_form']
+__all__ = ['DIM_CONFIGS', 'ANY_WIDTH', 'CONTENT_CONFIGS', 'MEMORY_NOTES', 'ConfigError', 'config_dir', 'available_configs',
+           'choose_config', 'select_config', 'check_config', 'apply_overrides', 'load_config', 'store_cameras',
+           'for_store', 'Plan', 'plan', 'Devices', 'resolve_devices', 'memory_notes', 'ConfigForm', 'config_form']
 
 # %% ../nbs/02_config.ipynb #295ecb8a
 class ConfigError(ValueError):
@@ -33,36 +34,50 @@ def available_configs() -> list:
     "Names of the packaged configs."
     return sorted(p.stem for p in config_dir().glob("*.yaml"))
 
-DIM_CONFIGS = {10: "robot_dp_10", 14: "robot_dp_14", 16: "robot_dp_16"}
+DIM_CONFIGS = {10: "robot_dp_10", 14: "robot_dp_14", 16: "robot_dp_16"}   # RoboTwin's three, by the action's width
+ANY_WIDTH = {True: "robot_dp", False: "lowdim"}     # any other width: with a camera / without one
 # stores whose arrays name their benchmark: (action dimension, keys the store holds) -> config; the first match wins
 CONTENT_CONFIGS = [((2, ("keypoint", "state")), "pusht_keypoint"),   # diffusion_policy's PushT store: its state policy
                    ((2, ("img", "state")), "pusht_image"),           # a PushT store with frames alone: the image policy
                    ((None, ("camera0_rgb", "robot0_eef_pos", "robot0_eef_rot_axis_angle", "robot0_gripper_width")),
                     "umi")]                                          # UMI's replay buffer: no action array, a join
 
-def _by_content(info) -> str | None:
-    "The packaged config a store's arrays name (`CONTENT_CONFIGS`; a dimension None: any), or None."
-    return next((n for (d, keys), n in CONTENT_CONFIGS if d in (None, info.action_dim)
-                 and all(k in info.arrays for k in keys)), None)
+def _by_content(info) -> tuple:
+    "(config, keys) of the `CONTENT_CONFIGS` entry a store's arrays name (a dimension None: any), or (None, ())."
+    return next(((n, keys) for (d, keys), n in CONTENT_CONFIGS if d in (None, info.action_dim)
+                 and all(k in info.arrays for k in keys)), (None, ()))
 
-def select_config(path_or_dim) -> str:
-    """Name of the packaged config for a store (what its arrays name, `CONTENT_CONFIGS`: diffusion_policy's PushT store
-    gets `pusht_keypoint`; else its action dimension) or for a dimension given as a number."""
+def _width(d: int, cams: list) -> tuple:
+    "(config, why) for an action `d` wide with cameras `cams` (None: not known, a dimension alone)."
+    if d in DIM_CONFIGS:
+        return DIM_CONFIGS[d], f"action {d} wide: RoboTwin's {DIM_CONFIGS[d]}" + \
+            ("" if cams is None else f" ({'cameras ' + ', '.join(cams) if cams else 'no camera: its low-dim policy'})")
+    if cams == []:
+        return ANY_WIDTH[False], f"action {d} wide, no camera: diffusion_policy's low-dim recipe at this width"
+    return ANY_WIDTH[True], (f"action {d} wide" + (f", cameras {', '.join(cams)}" if cams else "") +
+                             ": RoboTwin's camera recipe at this width" + (" (lowdim for a store without cameras)"
+                                                                           if cams is None else ""))
+
+def choose_config(path_or_dim) -> tuple:
+    """(name, why): the packaged config for a store and one line saying why -- what its arrays name
+    (`CONTENT_CONFIGS`: diffusion_policy's PushT store gets `pusht_keypoint`), else its action's width: RoboTwin's
+    `robot_dp_10/14/16` at their widths, and at any other `robot_dp` (cameras) or `lowdim` (none). A number is an
+    action width."""
     if isinstance(path_or_dim, str) and path_or_dim.strip().isdigit(): path_or_dim = int(path_or_dim)
     if isinstance(path_or_dim, int):
-        dim, what = path_or_dim, f"dimension {path_or_dim}"
-    else:
-        try: info = describe(path_or_dim)
-        except StoreError as e: raise ConfigError(str(e)) from None
-        if _by_content(info): return _by_content(info)
-        if info.action_dim is None:
-            raise ConfigError(f"{path_or_dim}: no 2-D data/action array, so its action dimension is unknown")
-        dim, what = info.action_dim, f"{path_or_dim}: action dimension {info.action_dim}"
-    if dim not in DIM_CONFIGS:
-        known = ", ".join(f"{d} → {n}.yaml" for d, n in DIM_CONFIGS.items())
-        raise ConfigError(f"{what} has no packaged config (known: {known}); copy one of them, set shape_meta to {dim} "
-                          f"and pass its path: load_config('my_robot.yaml') / dpt train --config my_robot.yaml")
-    return DIM_CONFIGS[dim]
+        if path_or_dim < 1: raise ConfigError(f"dimension {path_or_dim}: an action has at least one value")
+        return _width(path_or_dim, None)
+    try: info = describe(path_or_dim)
+    except StoreError as e: raise ConfigError(str(e)) from None
+    name, keys = _by_content(info)
+    if name: return name, f"its arrays {', '.join(keys)} name the {name} recipe"
+    if info.action_dim is None:
+        raise ConfigError(f"{path_or_dim}: no 2-D data/action array, so its action dimension is unknown")
+    return _width(info.action_dim, sorted(k for k, a in info.arrays.items() if frame_layout(a.shape)))
+
+def select_config(path_or_dim) -> str:
+    "Name of the packaged config for a store or an action width (`choose_config` says why)."
+    return choose_config(path_or_dim)[0]
 
 # %% ../nbs/02_config.ipynb #f240d5a9
 _CHOICES = {"scaling.lr_scaling": ("linear", "sqrt", "none"),
@@ -115,6 +130,8 @@ _RANGES = {
     "eval.rollout_seed": ("int", 0, None, True, False), "eval.rollout_workers": ("int", 1, None, True, False)}
 _HIGH_INCLUSIVE = ("ema.min_value", "ema.max_value")
 _MISSING = object()
+_STRINGS = ("task.dataset.views.",)   # keys under these: the value is the text as given (a view spec is not YAML)
+
 
 # %% ../nbs/02_config.ipynb #ea7d3462
 def _check_range(key, v, rule):
@@ -155,7 +172,17 @@ def _type_ok(old, new) -> bool:
     if isinstance(old, ListConfig): return isinstance(new, list)
     return False
 
+_VIEW = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*(\[\s*-?\d*\s*:\s*-?\d*\s*\])?\s*$")   # views chapter: KEY or KEY[a:b]
+
+def _check_views(cfg):
+    "Each `task.dataset.views` value a view spec (`KEY`, `KEY[a:b]`, parts joined by `+`): one line for another."
+    for k, v in (OmegaConf.select(cfg, "task.dataset.views", default=None) or {}).items():
+        if not isinstance(v, str) or not all(_VIEW.match(p) for p in v.split("+")):
+            raise ConfigError(f"task.dataset.views.{k}={v!r}: not a view; expected KEY, KEY[a:b] (values a to b of a "
+                              "vector) or KEY+KEY (vectors joined), e.g. state[0:2]")
+
 def _yaml_value(raw: str):
+
     """An override's value as YAML; a Hydra-style mapping written without spaces (`{a:2,b:1}`, which YAML reads as keys
     `a:2` with no value) is read as `{a: 2, b: 1}`."""
     try: new = yaml.safe_load(raw) if raw.strip() else None
@@ -184,7 +211,9 @@ def check_config(cfg: DictConfig):
     for key, rule in _RANGES.items():
         v = OmegaConf.select(cfg, key, default=_MISSING)
         if v is not _MISSING: _check_range(key, v, rule)
+    _check_views(cfg)
     tw = OmegaConf.select(cfg, "task.dataset.task_weights", default=None)
+
     if tw is not None and not isinstance(tw, DictConfig):
         raise ConfigError(f"task.dataset.task_weights={tw!r}: expected a mapping task name (or index) → weight, e.g. "
                           "{beat_block_hammer: 2, handover_block: 1}")
@@ -243,7 +272,8 @@ def apply_overrides(cfg: DictConfig, overrides=()) -> DictConfig:
         if isinstance(old, DictConfig):
             raise ConfigError(f"override {item!r}: {key} is a section; set one of its keys, e.g. "
                               f"{key}.{next(iter(old))}")
-        new = _yaml_value(raw)
+        new = raw.strip() if key.startswith(_STRINGS) else _yaml_value(raw)
+
         if key in _AUTO_OR_INT and (new == "auto" or isinstance(new, int) and not isinstance(new, bool)): old = new
         if key in _AUTO_OR_NUM: old = new                # check_config names what it expects
         # names like 123
@@ -332,17 +362,58 @@ def store_cameras(info) -> dict:
     return cams
 
 
+# %% ../nbs/02_config.ipynb #cf000003
+_FRAME_PIXELS = 240 * 320   # RoboTwin's frames: what the ResNet-18 recipes are sized for
+
+def _shapes_line(adim, shapes) -> str:
+    return f"action {adim}; " + "; ".join(f"{k} {'×'.join(map(str, s))}" for k, s in shapes.items())
+
+def _fit_frames(cfg, shapes, given) -> list:
+    """A ResNet recipe over frames larger than RoboTwin's 240×320: `policy.obs_encoder.resize_shape` to the largest
+    camera's aspect at about that many pixels (multiples of 8), unless an override set it or a crop; → note lines."""
+    enc = OmegaConf.select(cfg, "policy.obs_encoder", default=None)
+    cams = {k: s for k, s in shapes.items() if len(s) == 3}
+    if not cams or enc is None or enc.get("backbone") != "resnet18" or enc.get("resize_shape") or \
+            enc.get("crop_shape") or {"policy.obs_encoder.resize_shape", "policy.obs_encoder.crop_shape"} & given:
+        return []
+    H, W = max((s[1:] for s in cams.values()), key=lambda hw: hw[0] * hw[1])
+    if H * W <= _FRAME_PIXELS: return []
+    f = math.sqrt(_FRAME_PIXELS / (H * W))
+    hw = [max(8, int(round(H * f / 8)) * 8), max(8, int(round(W * f / 8)) * 8)]
+    enc.resize_shape = hw
+    return [f"frames up to {H}×{W}: resized to {hw[0]}×{hw[1]} on the device (policy.obs_encoder.resize_shape; "
+            "RoboTwin's recipe sees 240×320)"]
+
+def _conditioning(cfg, info, given) -> list:
+    """What a store's instructions offer the run, as note lines: embedded, `policy.language=true` reads them (not
+    switched on here: a run compares it with the task index or none); not embedded, `dpt embed` first."""
+    rec, said = (info.attrs or {}).get("language"), (info.attrs or {}).get("instructions")
+    on = OmegaConf.select(cfg, "policy.language", default=False)
+    if rec:
+        return [f"instructions embedded by {rec.get('encoder')} ({rec.get('dim')} values): "
+                + ("the policy reads them" if on else "policy.language=true reads them")]
+    if said and len({x for r in said for x in r}) > 1:
+
+        return [f"{len({x for r in said for x in r})} distinct instructions, not embedded: dpt embed {info.path} "
+                "--encoder NAME_OR_FOLDER, then the policy reads them"]
+    return []
+
 # %% ../nbs/02_config.ipynb #a253e89d
-def for_store(path, overrides=(), name=None) -> DictConfig:
-    """Config for training on the store at `path`: selected by dimension unless `name` is given; the observation keys
-    (every uint8 (T, 3, H, W) camera + `state`) and their shapes are filled in from the store, unless an override sets
-    `task.dataset.obs_keys`."""
+def for_store(path, overrides=(), name=None, notes=None) -> DictConfig:
+    """Config for training on the store (or LeRobot dataset) at `path`: the packaged recipe `choose_config` picks unless
+    `name` is given, its shapes set to the data's whatever width it was written for -- the action, the observation keys
+    (every camera, in either frame layout, + `state`) and their shapes, unless an override sets
+    `task.dataset.obs_keys` -- large frames resized, embedded instructions read, the environment the store was
+    recorded in rolled out. `notes` (a list): the lines saying what was picked, why, and what was adapted."""
     try: info = describe(path)
     except StoreError as e: raise ConfigError(str(e)) from None
-    cfg = load_config(name or select_config(path), overrides, data=Path(path).resolve())
+    chosen, why = (name, "named") if name else choose_config(path)
+    cfg = load_config(chosen, overrides, data=Path(path).resolve())
+    given = {str(o).split("=")[0].strip() for o in overrides}
+    recipe = (OmegaConf.select(cfg, "shape_meta.action_dim"), OmegaConf.to_container(cfg.shape_meta.obs)
+              if OmegaConf.select(cfg, "shape_meta.obs") is not None else {})
     ds = cfg.task.dataset
-    given = any(str(o).split("=")[0].strip() == "task.dataset.obs_keys" for o in overrides)
-    if not given and ds.get("obs_keys_from_store", True):
+    if "task.dataset.obs_keys" not in given and ds.get("obs_keys_from_store", True):
         cams = store_cameras(info)
         low = [k for k in ("state",) if k in info.arrays] or [k for k in ds.obs_keys if k in info.arrays
                                                               and len(info.arrays[k].shape) == 2]
@@ -363,23 +434,20 @@ def for_store(path, overrides=(), name=None) -> DictConfig:
         else:
             raise ConfigError(f"{path}: data/{k} has shape {list(a.shape)}; an observation is (T, D) low-dim or (T, 3, "
                               "H, W) uint8 camera")
-    adim = info.arrays[ds.action_key].shape[1]
-    if (
-        name
-        and "action_dim" in cfg.shape_meta
-        and cfg.shape_meta.action_dim != adim
-        and cfg.name.startswith("robot_dp")
-    ):
-        raise ConfigError(f"{path}: action dimension {adim} but config {cfg.name} is for {cfg.shape_meta.action_dim}; "
-                          f"use {select_config(path) if adim in DIM_CONFIGS else 'a config with the right shape_meta'}")
+    adim = int(info.arrays[ds.action_key].shape[1])
     cfg.task.dataset.zarr_path = str(Path(path).resolve())
     cfg.shape_meta.obs = shapes
     cfg.shape_meta.obs_dim = int(sum(s[0] for s in shapes.values() if len(s) == 1))
-    cfg.shape_meta.action_dim = int(adim)
+    cfg.shape_meta.action_dim = adim
+    said = [f"config {cfg.name}: {why}", "shapes from the data: " + _shapes_line(adim, shapes)]
+    if name and recipe[0] is not None and (recipe[0], recipe[1]) != (adim, shapes) and cfg.name != "test":
+        said.append(f"{cfg.name} was written for {_shapes_line(recipe[0], recipe[1])}; its shapes set to this store's")
+    said += _fit_frames(cfg, shapes, given) + _conditioning(cfg, info, given)
     env = ((info.attrs or {}).get("env") or {}).get("id")     # a store recorded in an environment (Meta-World chapter)
-    set_env = any(str(o).startswith("eval.env=") for o in overrides)
-    if env and "eval" in cfg and not set_env:                  # the store's, over a recipe's default (PushT's)
+    if env and "eval" in cfg and "eval.env" not in given:     # the store's, over a recipe's default (PushT's)
         cfg.eval.env = env                                     # the run rolls out there without being told
+        said.append(f"recorded in {env}: rollouts play there (eval.env)")
+    if notes is not None: notes.extend(said)
     return cfg
 
 # %% ../nbs/02_config.ipynb #77a4320f
@@ -492,7 +560,8 @@ class ConfigForm:
         n_gpu = _visible_gpus() if visible is None else visible
         self.n_gpu = n_gpu
         self.config = W.Dropdown(options=available_configs(),
-                                 value=select_config(store_path) if self.info.action_dim in DIM_CONFIGS else "test",
+                                 value=select_config(store_path) if self.info.action_dim or _by_content(self.info)[0]
+                                 else "test",
                                  description="config")
         self.world = W.BoundedIntText(value=max(1, min(2, n_gpu or 2)), min=1, max=max(64, n_gpu),
                                       description="processes")

@@ -21,8 +21,9 @@ from .lerobot import (LeRobotError, camera_files, lerobot_low_dim, lerobot_meta,
                                video_frames)
 from .language import episode_instructions   # a LeRobot task is an instruction (language chapter)
 from .store import (ALL_CHUNKS, FRAME_CODEC, StoreInfo, _fmt_bytes, store_name,
-                             atomic_dir, create_array, describe, existing_parent, open_store,
-                             validate)
+                             as_chw, atomic_dir, create_array, describe, existing_parent, frame_hw, frame_layout,
+                             open_store, validate)
+
 
 
 # %% auto #0
@@ -553,18 +554,24 @@ def _close_video(out, s):
 @keep_scheduling()   # SVT-AV1 run as root leaves the thread real-time (SCHED_FIFO 99): processes chapter
 def encode_camera(arr, lengths, root: Path, feature: str, fps, *, codec="libsvtav1", crf=30, file_mb=200,
                   chunk_steps=100, bar=None, pix_fmt="yuv420p") -> tuple:
-    """One camera's frames (a zarr array, (N, 3, H, W) uint8) → `videos/<feature>/chunk-*/file-*.mp4` in `codec` at
-    `crf` and `pix_fmt` (`video_pix_fmt`); returns each episode's (chunk index, file index, from, to seconds)."""
+    """One camera's frames (a zarr array, uint8 (N, 3, H, W) or channels last (N, H, W, 3): the store chapter's
+    `frame_layout`) → `videos/<feature>/chunk-*/file-*.mp4` in `codec` at `crf` and `pix_fmt` (`video_pix_fmt`);
+    returns each episode's (chunk index, file index, from, to seconds)."""
     import av
     os.environ.setdefault("SVT_LOG", "1")                  # SVT-AV1 prints its banner otherwise
-    ends, H, W = np.cumsum(lengths), arr.shape[2], arr.shape[3]
+    (H, W), hwc = frame_hw(arr.shape), frame_layout(arr.shape) == "hwc"
+    ends = np.cumsum(lengths)
+
     fidx, in_file, e, start, rows = 0, 0, 0, 0.0, []
     path = lambda i: root / "videos" / feature / f"chunk-{i // 1000:03d}" / f"file-{i % 1000:03d}.mp4"
     out, s = _open_video(path(0), fps, codec, crf, H, W, pix_fmt)
     for k in range(0, int(ends[-1]), chunk_steps):
         block = np.asarray(arr[k:k + chunk_steps])
+        if block.dtype != np.uint8: block = np.clip(np.rint(block), 0, 255).astype(np.uint8)   # float in [0, 255]
         for i, f in enumerate(block, start=k):
-            for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f.transpose(1, 2, 0)), format="rgb24")):
+            f = f if hwc else f.transpose(1, 2, 0)
+            for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
+
                 out.mux(p)
             in_file += 1
             if i + 1 == ends[e]:
@@ -630,7 +637,10 @@ def episode_stats(g, low: dict, feat: dict, lengths, task_of, fps) -> list:
     for e, n in enumerate(int(x) for x in lengths):
         a, b, frame = int(ends[e]) - n, int(ends[e]), np.arange(n)
         s = {(k if k == "action" else f"observation.{k}"): lerobot_stats(v[a:b]) for k, v in low.items()}
-        for c, f in feat.items(): s[f] = image_stats(g[f"data/{c}"].oindex[a + _sample_indices(n)])
+        for c, f in feat.items():
+            arr = g[f"data/{c}"]
+            s[f] = image_stats(as_chw(arr.oindex[a + _sample_indices(n)], frame_layout(arr.shape)))
+
         s.update(timestamp=lerobot_stats((frame / fps).astype(np.float32)), frame_index=lerobot_stats(frame),
                  episode_index=lerobot_stats(np.full(n, e)), index=lerobot_stats(np.arange(a, b)),
                  task_index=lerobot_stats(np.full(n, task_of[e])))
@@ -655,6 +665,21 @@ def _store_fps(attrs) -> float | None:
     if (attrs.get("convert") or {}).get("fps"): return float(attrs["convert"]["fps"])
     return 50.0 if attrs.get("sim") else None
 
+# %% ../nbs/01b_convert.ipynb #cv000001
+def _export_cameras(store, info, cameras, pix_fmt) -> list:
+    """The cameras `to_lerobot` writes: every RGB frame array in either layout (store chapter: read as it rests), or
+    those of `cameras`; one line for a camera asked for that is not there, or a frame size `pix_fmt` cannot take."""
+    is_cam = lambda a: frame_layout(a.shape) is not None
+    cams = [k for k, a in info.arrays.items() if is_cam(a) and (cameras is None or k in cameras)]
+    if cameras is not None and len(cams) != len(cameras):
+        raise ConvertError(f"{store}: cameras {', '.join(cameras)} asked for; it has "
+                           f"{', '.join(k for k, a in info.arrays.items() if is_cam(a)) or 'none'}")
+    for c in cams if pix_fmt == "yuv420p" else []:
+        if any(v % 2 for v in frame_hw(info.arrays[c].shape)):
+            raise ConvertError(f"{store}: data/{c} frames are {'×'.join(map(str, frame_hw(info.arrays[c].shape)))}; "
+                               "LeRobot's yuv420p video needs even heights and widths (chroma='444' does not)")
+    return cams
+
 # %% ../nbs/01b_convert.ipynb #a2bf9aa5
 def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1", crf: int = 30, robot_type=None,
                overwrite: bool = False, progress: bool = True, chroma=None) -> Path:
@@ -678,15 +703,10 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
         names = list(dict.fromkeys(first))
         task_of = np.asarray([names.index(f) for f in first], dtype=np.int64)
     low = {k: g[f"data/{k}"][:].astype(np.float32) for k, a in info.arrays.items() if len(a.shape) == 2}
-    cams = [k for k, a in info.arrays.items() if len(a.shape) == 4 and (cameras is None or k in cameras)]
-    if cameras is not None and len(cams) != len(cameras):
-        raise ConvertError(f"{store}: cameras {', '.join(cameras)} asked for; it has "
-                           f"{', '.join(k for k, a in info.arrays.items() if len(a.shape) == 4) or 'none'}")
+    cams = _export_cameras(store, info, cameras, pix_fmt)
     feat = {c: f"observation.images.{c.removesuffix('_camera')}" for c in cams}
-    for c in cams if pix_fmt == "yuv420p" else []:
-        if info.arrays[c].shape[2] % 2 or info.arrays[c].shape[3] % 2:
-            raise ConvertError(f"{store}: data/{c} frames are {'×'.join(map(str, info.arrays[c].shape[2:]))}; "
-                               "LeRobot's yuv420p video needs even heights and widths (chroma='444' does not)")
+
+
     _only_replaces(dest, overwrite, "a LeRobot dataset", lambda d: (d / "meta" / "info.json").is_file())
     with atomic_dir(dest, overwrite=overwrite, error=ConvertError) as tmp:
         where = _data_files(tmp, low, lengths, task_of, fps)
@@ -709,8 +729,8 @@ def to_lerobot(store, dest, *, fps=None, cameras=None, codec: str = "libsvtav1",
                           tmp / "meta/episodes/chunk-000/file-000.parquet")
         _pq().write_table(pa.Table.from_pandas(pd.DataFrame({"task_index": np.arange(len(names))}, index=names)),
                           tmp / "meta/tasks.parquet")
-        meta = _info(low, {feat[c]: info.arrays[c].shape[2:] for c in cams}, fps, len(ends), int(ends[-1]), len(names),
-                     robot_type, codec, pix_fmt)
+        meta = _info(low, {feat[c]: frame_hw(info.arrays[c].shape) for c in cams}, fps, len(ends), int(ends[-1]),
+                     len(names), robot_type, codec, pix_fmt)
         (tmp / "meta/info.json").write_text(json.dumps(meta, indent=4))
         (tmp / "meta/stats.json").write_text(json.dumps(stats, indent=4))
     return Path(dest)

@@ -125,7 +125,12 @@ def load_encoder(name_or_folder, max_tokens: int = 32) -> Encoder:
         from transformers import AutoModel, AutoTokenizer
     except ImportError: raise LanguageError("text encoders load with transformers: pip install transformers") from None
     p = Path(str(name_or_folder)).expanduser()
+    if not p.exists() and str(name_or_folder).startswith((".", "/", "~")):     # a path, not a hub name
+
+        raise LanguageError(f"{name_or_folder}: no such folder (a text encoder is a folder saved with save_pretrained, "
+                            "or a model name in the local Hugging Face cache)")
     if p.exists() and not (p / "config.json").is_file():
+
         raise LanguageError(f"{p}: not a text encoder folder (no config.json; save one with save_pretrained, or pass "
                             "a model name in the local Hugging Face cache)")
     src = str(p.resolve()) if p.exists() else str(name_or_folder)

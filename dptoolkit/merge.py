@@ -21,6 +21,10 @@ from dptoolkit.store import (
     StoreError,
     StoreInfo,
     _fmt_bytes,
+    as_chw,
+    as_layout,
+    frame_layout,
+
     atomic_dir,
     create_array,
     describe,
@@ -51,9 +55,15 @@ def _check_pad(pad, keys, srcs, infos, label) -> list:
                                  "(*, n) can be zero-padded")
     return pad
 
-# %% ../nbs/01_merge.ipynb #2ee7d381
+# %% ../nbs/01_merge.ipynb #mg000003
 def _trail(shape): return "(*" + "".join(f", {s}" for s in shape[1:]) + ")"
 
+def _as_read(shape) -> tuple:
+    "A step of an array as a policy reads it: frames channels first whichever layout they rest in (store chapter)."
+    s = tuple(shape[1:])
+    return (s[2], s[0], s[1]) if frame_layout(shape) == "hwc" else s
+
+# %% ../nbs/01_merge.ipynb #2ee7d381
 def check_sources(sources, dest=None, keys=None, pad=()) -> tuple:
     """Validate `sources` for merging into `dest`; return (paths, infos, keys) or raise `MergeError`. `pad`: keys whose
     vectors may differ in width across sources (`merge` zero-pads them to the widest)."""
@@ -96,8 +106,10 @@ def check_sources(sources, dest=None, keys=None, pad=()) -> tuple:
         r = rinfo.arrays[k]
         for s, i in zip(srcs[1:], infos[1:]):
             a = i.arrays[k]
-            if a.shape[1:] != r.shape[1:] and k not in pad:   # e.g. two simulator tasks' env_state, unpadded
-                same = [q for q in keys if all(j.arrays[q].shape[1:] == rinfo.arrays[q].shape[1:] for j in infos)]
+            if _as_read(a.shape) != _as_read(r.shape) and k not in pad:   # e.g. two tasks' env_state, unpadded
+                same = [q for q in keys if all(_as_read(j.arrays[q].shape) == _as_read(rinfo.arrays[q].shape)
+                                               for j in infos)]
+
                 raise MergeError(f"{label[s]}: data/{k} has shape {_trail(a.shape)}, expected {_trail(r.shape)} as in "
                                  f"{label[ref]}; leave it out with --keys {','.join(same) or '...'} (one policy "
                                  "reads the same keys in every task)"
@@ -136,7 +148,8 @@ def _plan_tasks(srcs, infos, groups, task_names=None):
 BLOCK_BYTES = 12 << 20
 
 def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
-    C = out.chunks[0]
+    C, layout = out.chunks[0], frame_layout(out.shape)
+
     row_bytes = max(1, out.dtype.itemsize * int(np.prod(out.shape[1:])))
     wblock = max(1, block_bytes // (C * row_bytes)) * C                # whole destination chunks per write
     pos, buf, nb = 0, [], 0
@@ -147,7 +160,10 @@ def _copy_key(key, sources, src_arrays, out, bar, block_bytes=BLOCK_BYTES):
             # names source and chunk
             block = read_chunk_rows(src, f"data/{key}", a, start, min(start + rblock, a.shape[0]))
             bar.update(block.nbytes)
-            if block.shape[1:] != out.shape[1:]:                       # a narrower vector: zeros on the right (pad=)
+            if frame_layout(a.shape) != layout:                        # frames in the other layout: as out keeps them
+                block = np.ascontiguousarray(as_layout(as_chw(block, frame_layout(a.shape)), layout))
+            elif block.shape[1:] != out.shape[1:]:                     # a narrower vector: zeros on the right (pad=)
+
                 block = np.pad(block, ((0, 0), (0, out.shape[1] - block.shape[1])))
             buf.append(block)
             nb += len(block)
@@ -181,14 +197,16 @@ def _dir_bytes(p) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
 
 def _layout(k, srcs, groups, fmt, n) -> tuple:
-    """How the merged `data/k` is kept: (codec, steps per chunk) of the first source that is a store. A LeRobot
-    folder is read in place (parquet; each camera video, decoded a frame a chunk): where every source is one, `k` is
-    kept as convert keeps it (a camera's frames Blosc LZ4, the rest `default_compressor`; 100-step chunks), not in one
-    uncompressed chunk a frame."""
-    for s, g in zip(srcs, groups):
-        if not is_lerobot(s): return ((a := g[f"data/{k}"]).compressors or (None,))[0], a.chunks[0]
+    """How the merged `data/k` is kept: (codec, steps per chunk, index of the source whose frame layout it takes) of the
+    first source that is a store: frames of another codec or layout are re-encoded into it. A LeRobot folder is read in
+    place (parquet; each camera video, decoded a frame a chunk): where every source is one, `k` is kept as convert
+    keeps it (a camera's frames Blosc LZ4, the rest `default_compressor`; 100-step chunks), not in one uncompressed
+    chunk a frame."""
+    for j, (s, g) in enumerate(zip(srcs, groups)):
+        if not is_lerobot(s): return ((a := g[f"data/{k}"]).compressors or (None,))[0], a.chunks[0], j
     frames = groups[0][f"data/{k}"].ndim == 4
-    return frame_compressor(fmt) if frames else "default", min(100, max(1, n))
+    return frame_compressor(fmt) if frames else "default", min(100, max(1, n)), 0
+
 
 def _need(s, g, k) -> int:
     "About the bytes `data/k` of source `s` takes in the merge: its own on disk; a LeRobot folder's: decoded."
@@ -222,8 +240,9 @@ def merge(sources, dest, *, keys=None, task_names=None, pad=None, overwrite: boo
              tqdm(total=total, unit="B", unit_scale=True, desc=f"merge → {dest.name}", disable=not progress) as bar:
             out = zarr.open_group(str(tmp), mode="a", zarr_format=zarr_format)
             for k in keys:
-                first = groups[0][f"data/{k}"]
-                comp, steps = _layout(k, srcs, groups, zarr_format, int(offsets[-1]))
+                comp, steps, j = _layout(k, srcs, groups, zarr_format, int(offsets[-1]))
+                first = groups[j][f"data/{k}"]                # its codec, chunking and frame layout
+
                 trail = (max(widths[k]),) if k in widths else tuple(first.shape[1:])
                 arr = create_array(out, f"data/{k}", (int(offsets[-1]),) + trail, first.dtype, (steps,) + trail, comp)
                 _copy_key(k, srcs, [g[f"data/{k}"] for g in groups], arr, bar)

@@ -18,9 +18,9 @@ from .lerobot import LeRobotError, is_lerobot, lerobot_bytes, lerobot_group   # 
 # %% auto #0
 __all__ = ['FRAME_CODEC', 'ALL_CHUNKS', 'SAMPLE_TASKS', 'StoreError', 'existing_parent', 'temp_sibling', 'atomic_dir',
            'leftover_note', 'store_name', 'is_zip_store', 'open_store', 'ArrayInfo', 'StoreInfo', 'validate',
-           'describe', 'episode_ends', 'episodes', 'chunk_file', 'chunk_exists', 'read_chunk_rows', 'verify',
-           'check_finite', 'frame_compressor', 'default_compressor', 'time_chunks', 'create_array', 'write_store',
-           'sample_episode', 'make_sample_store', 'sample_data']
+           'describe', 'episode_ends', 'episodes', 'frame_layout', 'frame_hw', 'as_chw', 'as_layout', 'chunk_file',
+           'chunk_exists', 'read_chunk_rows', 'verify', 'check_finite', 'frame_compressor', 'default_compressor',
+           'time_chunks', 'create_array', 'write_store', 'sample_episode', 'make_sample_store', 'sample_data']
 
 # %% ../nbs/00_store.ipynb #cdce336d
 class StoreError(ValueError):
@@ -331,6 +331,27 @@ def episodes(path) -> "pd.DataFrame":
     df = pd.DataFrame(dict(episode=np.arange(len(ends)), start=starts, end=ends, length=ends - starts, task=task))
     df["task_name"] = [names[t] if 0 <= t < len(names) else str(t) for t in task]
     return df
+
+# %% ../nbs/00_store.ipynb #fl000002
+def frame_layout(shape) -> str | None:
+    """How a time-major array of shape `shape` holds camera frames: `"chw"` ((T, 3, H, W)), `"hwc"` ((T, H, W, 3)), or
+    None for an array that is not RGB frames."""
+    s = tuple(int(v) for v in shape[1:])
+    if len(s) != 3: return None
+    if s[0] == 3: return "chw"
+    return "hwc" if s[-1] == 3 else None
+
+def frame_hw(shape) -> tuple:
+    "(H, W) of frames stored with `shape` in either layout."
+    return tuple(int(v) for v in (shape[2:] if frame_layout(shape) == "chw" else shape[1:3]))
+
+def as_chw(x, layout: str | None):
+    "Rows of frames (numpy, any leading axes) in `layout` as channels first."
+    return np.moveaxis(x, -1, -3) if layout == "hwc" else x
+
+def as_layout(x, layout: str | None):
+    "Rows of channels-first frames as `layout` keeps them."
+    return np.moveaxis(x, -3, -1) if layout == "hwc" else x
 
 # %% ../nbs/00_store.ipynb #b1f7a4ac
 def chunk_file(path, key: str, array, coords) -> Path:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .store import StoreError
+from .store import StoreError, frame_layout
+
 
 # %% auto #0
 __all__ = ['ViewError', 'KeyView', 'view_source', 'view_sources', 'key_view', 'key_views', 'viewed']
@@ -79,7 +80,8 @@ class KeyView:
 def _found(name: str, src: str, a) -> KeyView:
     "The view an array's layout asks for (`frames`, `flat` or `same`)."
     s, dt = tuple(int(v) for v in a.shape[1:]), str(a.dtype)
-    if len(s) == 3 and s[-1] == 3 and s[0] != 3:
+    if frame_layout(a.shape) == "hwc":      # the store chapter's rule: channels last
+
         if not (dt == "uint8" or dt.startswith("float")):
             raise ViewError(f"data/{src}: channels-last frames {list(a.shape)} of {dt}; frames are uint8, or float "
                             "in [0, 255]")

@@ -235,10 +235,10 @@ def _(tmp):
 def _(tmp):
     raises(ConfigError, "no packaged config 'robot_dp_15'", load_config, "robot_dp_15")
 
-@row("C4", "config", "16-dim data for a 14-dim config", "action dimension 16 but config robot_dp_14 is for 14")
+@row("C4", "config", "a malformed view override (`task.dataset.views.agent_pos=state[2:`)", "task.dataset.views.agent_pos='state[2:': not a view; expected KEY, KEY[a:b] (values a to b of a vector) or KEY+KEY (vectors joined), e.g. state[0:2]")
 def _(tmp):
-    d16 = sample_data(tmp / "d", tasks=1, episodes=2, dim=16)[0]
-    raises(ConfigError, "action dimension 16 but config robot_dp_14 is for 14", for_store, d16, name="robot_dp_14")
+    raises(ConfigError, "task.dataset.views.agent_pos='state[2:': not a view; expected KEY, KEY[a:b]", load_config,
+           "pusht_keypoint", ["task.dataset.views.agent_pos=state[2:"])
 
 @row("C5", "config", "a global batch that does not split over the ranks (batch 10 on 4)", "global batch 10 is not divisible by world size 4")
 def _(tmp):

@@ -79,3 +79,14 @@ def test_bad_input_one_line_each(run):
     assert not (run / "x.zarr").exists()
     r = dpt("sim-data", "--env", "gym_pusht/PushT-v0", "-o", run / "x.zarr", check=1)
     assert "scripted demonstrations come from Meta-World/MT1" in r.stderr, r.stderr
+
+
+def test_the_store_trains_with_dpt_train_data_alone(run):
+    """Issue 102: no --config: a 4-wide store without cameras gets diffusion_policy's low-dim recipe at its width, and
+    the run rolls out where the store was recorded."""
+    r = dpt("train", "--data", run / "mw.zarr", "--out", run / "plain", "--nprocs", 1, "--no-progress",
+            "dataloader.batch_size=8", "training.max_steps=2", check=0)
+    assert "dpt train: config lowdim: action 4 wide, no camera: diffusion_policy's low-dim recipe" in r.stderr, r.stderr
+    assert "dpt train: recorded in Meta-World/MT1: rollouts play there (eval.env)" in r.stderr
+    cfg = (run / "plain" / "config.yaml").read_text()
+    assert "name: lowdim" in cfg and "action_dim: 4" in cfg and "env: Meta-World/MT1" in cfg

@@ -3,6 +3,7 @@
     python lerobot_side.py write DIR         # a tiny dataset written by LeRobotDataset.create / add_frame / save_episode
     python lerobot_side.py read DIR OUT.npz  # what LeRobotDataset(root=DIR, video_backend="pyav") returns, every frame
     python lerobot_side.py tools DIR OUT.json  # lerobot's own tools on DIR (a dataset `to_lerobot` wrote), see `tools`
+    python lerobot_side.py robot KIND DIR    # a small dataset in a robot's layout (so100, franka), see `robot`
 
 `read` saves state, action, episode_index, task and every camera (float [0, 1] → uint8) for all frames.
 """
@@ -29,6 +30,52 @@ def write(out: Path):
             ds.add_frame({"observation.state": rng.standard_normal(14).astype(np.float32),
                           "action": rng.standard_normal(14).astype(np.float32), "observation.images.top": img,
                           "task": task})
+        ds.save_episode()
+    ds.finalize()
+
+
+# Two robots' layouts as lerobot records them (feature names as its so100_follower and a DROID-style Franka write them):
+# the action's and state's value names, and the cameras (name: height, width) -- small frames, even sizes
+ROBOTS = {
+    "so100": dict(robot_type="so100_follower",
+                  names=[f"{j}.pos" for j in ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex",
+                                                "wrist_roll", "gripper")],
+                  cameras={"laptop": (48, 64), "phone": (48, 64)},
+                  tasks=["pick up the red cube", "put the cube in the bin"]),
+    "franka": dict(robot_type="franka",
+                   names=[f"joint_{i}" for i in range(7)] + ["gripper"],
+                   cameras={"exterior": (48, 64), "wrist": (32, 32)},
+                   tasks=["open the drawer", "close the drawer"]),
+}
+
+
+def robot(kind: str, out: Path):
+    """A small dataset lerobot writes itself in a robot's layout (`ROBOTS`): smooth joint trajectories, the action the
+    next step's joints, two cameras of their own sizes, an instruction an episode; four episodes of 14-19 frames."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    r = ROBOTS[kind]
+    shutil.rmtree(out, ignore_errors=True)
+    D = len(r["names"])
+    features = {"observation.state": {"dtype": "float32", "shape": (D,), "names": r["names"]},
+                "action": {"dtype": "float32", "shape": (D,), "names": r["names"]}}
+    for c, (H, W) in r["cameras"].items():
+        features[f"observation.images.{c}"] = {"dtype": "video", "shape": (H, W, 3),
+                                               "names": ["height", "width", "channels"]}
+    ds = LeRobotDataset.create(repo_id=f"dptoolkit/{kind}", fps=30, features=features, root=out,
+                               robot_type=r["robot_type"], use_videos=True)
+    rng = np.random.default_rng(len(kind))
+    for e, n in enumerate((16, 14, 19, 15)):
+        way = rng.uniform(-1, 1, (2, D)).astype(np.float32)
+        q = way[0] + (way[1] - way[0]) * np.linspace(0, 1, n + 1)[:, None].astype(np.float32)
+        for i in range(n):
+            frame = {"observation.state": q[i], "action": q[i + 1], "task": r["tasks"][e % 2]}
+            for j, (c, (H, W)) in enumerate(r["cameras"].items()):
+                img = np.zeros((H, W, 3), np.uint8)
+                img[..., 1] = 60 + 20 * j
+                y, x = int((q[i, 0] * 0.4 + 0.5) * (H - 8)), int((q[i, 1] * 0.4 + 0.5) * (W - 8))
+                img[y:y + 8, x:x + 8] = (220, 40, 40)
+                frame[f"observation.images.{c}"] = img
+            ds.add_frame(frame)
         ds.save_episode()
     ds.finalize()
 
@@ -115,4 +162,5 @@ def tools(root: Path, out: Path):
 
 if __name__ == "__main__":
     {"write": lambda: write(Path(sys.argv[2])), "read": lambda: read(Path(sys.argv[2]), Path(sys.argv[3])),
-     "tools": lambda: tools(Path(sys.argv[2]), Path(sys.argv[3]))}[sys.argv[1]]()
+     "tools": lambda: tools(Path(sys.argv[2]), Path(sys.argv[3])),
+     "robot": lambda: robot(sys.argv[2], Path(sys.argv[3]))}[sys.argv[1]]()
