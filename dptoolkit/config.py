@@ -393,9 +393,8 @@ def _conditioning(cfg, info, given) -> list:
         return [f"instructions embedded by {rec.get('encoder')} ({rec.get('dim')} values): "
                 + ("the policy reads them" if on else "policy.language=true reads them")]
     if said and len({x for r in said for x in r}) > 1:
-
         return [f"{len({x for r in said for x in r})} distinct instructions, not embedded: dpt embed {info.path} "
-                "--encoder NAME_OR_FOLDER, then the policy reads them"]
+                "--encoder NAME_OR_FOLDER, then policy.language=true reads them"]
     return []
 
 # %% ../nbs/02_config.ipynb #a253e89d
@@ -403,7 +402,7 @@ def for_store(path, overrides=(), name=None, notes=None) -> DictConfig:
     """Config for training on the store (or LeRobot dataset) at `path`: the packaged recipe `choose_config` picks unless
     `name` is given, its shapes set to the data's whatever width it was written for -- the action, the observation keys
     (every camera, in either frame layout, + `state`) and their shapes, unless an override sets
-    `task.dataset.obs_keys` -- large frames resized, embedded instructions read, the environment the store was
+    `task.dataset.obs_keys` -- large frames resized, what reads its instructions named, the environment the store was
     recorded in rolled out. `notes` (a list): the lines saying what was picked, why, and what was adapted."""
     try: info = describe(path)
     except StoreError as e: raise ConfigError(str(e)) from None
