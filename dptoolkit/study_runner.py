@@ -93,10 +93,13 @@ def run_one(out, index: int, progress: bool = False) -> dict:
     return rec
 
 # %% ../nbs/07e_study_runner.ipynb #88ae3de4
-def run_task(out, index: int):
-    """Run `index` of study `out` in its own process (`run_one`); `StudyError` with its one-line error when it failed.
-    Slurm's warning before the end (SIGUSR1) while training has not started yet ends it with exit 138."""
+def run_task(out, index: int, cores: list | None = None):
+    """Run `index` of study `out` in its own process (`run_one`), on `cores` when given (its slot's: the run and what
+    it starts keep to them); `StudyError` with its one-line error when it failed. Slurm's warning before the end
+    (SIGUSR1) while training has not started yet ends it with exit 138."""
     import signal
+    if cores: os.sched_setaffinity(0, [int(c) for c in cores])
+
     signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138))   # training installs its own (checkpoint, then stop)
     rec = run_one(out, int(index))
     if rec["status"] == "failed": raise StudyError(f"run {rec['run']}: {rec['error']}")
@@ -141,9 +144,12 @@ def _start(out: Path, i: int, slot: dict, run: dict):
     rd.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if "gpus" in slot: env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot["gpus"]))
-    pin = (lambda: os.sched_setaffinity(0, slot["cores"])) if "cores" in slot else None
-    return start_call("dptoolkit.study_runner:run_task", dict(out=str(out), index=i), rd / "study.log", env,
-                      preexec_fn=pin)   # the processes chapter's: a detached process
+    # the run pins itself to its slot's cores as it starts: no `preexec_fn` (Python code in a fork of this process,
+    # whose other threads may hold a lock at that moment: a fork that deadlocked before its exec hung CI)
+    kw = dict(out=str(out), index=i, **({"cores": list(slot["cores"])} if "cores" in slot else {}))
+    return start_call("dptoolkit.study_runner:run_task", kw, rd / "study.log", env)   # detached (processes chapter)
+
+
 
 def _died(out: Path, run: dict, code: int):
     """A run process that ended without its record (killed): recorded as failed with how it ended, or as stopped when

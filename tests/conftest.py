@@ -55,6 +55,15 @@ def merged(tasks_dir, tmp_path_factory):
     return Path(merge(sorted(tasks_dir.glob("*.zarr")), tmp_path_factory.mktemp("m") / "merged.zarr", progress=False).path)
 
 
+def sigint_default(cmd: list) -> list:
+    """`cmd` (a Python command line: the interpreter first) with SIGINT at its default, as a terminal's Ctrl-C meets it
+    (a shell's background job, as CI runs the tests, inherits it ignored): set by a fresh interpreter that then execs
+    `cmd`, never by a `preexec_fn` (Python code in a fork of this multi-threaded test process, which can deadlock
+    before its exec: a test that hung CI for 90 minutes)."""
+    shim = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", shim, *[str(c) for c in cmd]]
+
+
 def dpt(*args, timeout=300, check=None, env=None, cwd=None):
     """Run the installed `dpt` console script; returns CompletedProcess (text). Forked from this worker's preloader
     (tests/_dpt_preload.py: the command line as it is, without an interpreter's start-up each time) unless the call

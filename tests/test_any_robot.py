@@ -13,6 +13,10 @@ import zarr
 from conftest import ROOT, dpt
 
 LR = ROOT / "tests" / "data" / "lerobot"
+# the recipe as picked, at a size a 2-core test trains in seconds: its full size (two ResNet-18s and a 1024-wide U-Net,
+# 495 MB of weights) wrote 2 GB a checkpoint, which is not what these tests are about
+SMALL = ["policy.down_dims=[32,64]", "policy.diffusion_step_embed_dim=32", "policy.obs_encoder.backbone=small",
+         "dataloader.batch_size=4"]
 pytest.importorskip("av", reason="LeRobot's videos decode with PyAV (pip install 'dptoolkit[convert]')")
 
 
@@ -22,7 +26,7 @@ def test_an_so100_dataset_picks_a_recipe_and_a_named_one_adapts(tmp_path):
     assert "# config robot_dp: action 6 wide, cameras laptop_camera, phone_camera: RoboTwin's camera recipe" in r.stdout
     assert "# shapes from the data: action 6; laptop_camera 3×48×64; phone_camera 3×48×64; state 6" in r.stdout
     r = dpt("train", "--data", LR / "so100", "--config", "robot_dp_14", "--out", tmp_path / "run", "--nprocs", 1,
-            "--no-progress", "dataloader.batch_size=4", "training.max_steps=2", check=0)
+            "--no-progress", *SMALL, "training.max_steps=2", check=0)
     assert ("dpt train: robot_dp_14 was written for action 14; head_camera 3×240×320; state 14; its shapes set to "
             "this store's") in r.stderr, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["steps"] == 2
@@ -30,7 +34,7 @@ def test_an_so100_dataset_picks_a_recipe_and_a_named_one_adapts(tmp_path):
 
 def test_a_franka_dataset_trains_resumes_and_evaluates_with_the_chosen_recipe(tmp_path):
     run = tmp_path / "run"
-    common = ["--data", LR / "franka", "--out", run, "--nprocs", 1, "--no-progress", "dataloader.batch_size=4",
+    common = ["--data", LR / "franka", "--out", run, "--nprocs", 1, "--no-progress", *SMALL,
               "training.checkpoint_every=2"]
     r = dpt("train", *common, "training.max_steps=2", check=0)
     assert "dpt train: config robot_dp: action 8 wide, cameras exterior_camera, wrist_camera" in r.stderr, r.stderr

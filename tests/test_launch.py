@@ -8,7 +8,7 @@ import pytest
 import torch.distributed as dist
 
 from dptoolkit.launch import LaunchError, launch, world_info
-from conftest import alive, descendants, rank_processes, dpt, shell_reply, ROOT
+from conftest import alive, descendants, rank_processes, dpt, shell_reply, sigint_default, ROOT
 
 
 def _killed_rank(stamp):
@@ -70,8 +70,8 @@ def test_interrupt_stops_children(tmp_path):
             launch(body, nprocs=2)
     """))
     # a terminal's Ctrl-C: SIGINT at its default in the child (a shell's background job inherits it ignored)
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(sigint_default([sys.executable, script]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
     t0 = time.time(); seen = ""
     while "ready" not in seen and time.time() - t0 < 60: seen += p.stdout.readline()
     kids = rank_processes(p.pid)

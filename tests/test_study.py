@@ -5,7 +5,7 @@ test_slurm.py.)"""
 import json, os
 from pathlib import Path
 
-from conftest import dpt
+from conftest import dpt, sigint_default
 
 OV = ["training.max_steps=10", "training.checkpoint_every=0", "training.log_every=5"]
 
@@ -68,11 +68,11 @@ def test_ctrl_c_while_runs_start_records_them_stopped_not_failed(merged, tmp_pat
     import signal, subprocess, sys, time
     out = tmp_path / "s"
     # SIGINT as a terminal's Ctrl-C delivers it (a background job, as CI runs the tests, inherits it ignored)
-    p = subprocess.Popen([sys.executable, "-m", "dptoolkit.cli", "study", "--config", "test", "--data", str(merged),
-                          "--grid", "optimizer.lr=1e-3,2e-3", "--seeds", "0", "--out", str(out), "--parallel", "1",
-                          "--no-progress", "training.max_steps=100000", "training.log_every=5"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(sigint_default([sys.executable, "-m", "dptoolkit.cli", "study", "--config", "test", "--data",
+                                         merged, "--grid", "optimizer.lr=1e-3,2e-3", "--seeds", "0", "--out", out,
+                                         "--parallel", "1", "--no-progress", "training.max_steps=100000",
+                                         "training.log_every=5"]),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid = out / "runs" / "optimizer.lr=0.001-seed0" / ".study-pid"
     try:
         t0 = time.time()
