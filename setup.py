@@ -14,9 +14,10 @@ sim_reqs = shlex.split(cfg.get("sim_requirements", ""))
 convert_reqs = shlex.split(cfg.get("convert_requirements", ""))
 language_reqs = shlex.split(cfg.get("language_requirements", ""))
 codecs_reqs = shlex.split(cfg.get("codecs_requirements", ""))
+serve_reqs = shlex.split(cfg.get("serve_requirements", ""))
 # the tests run those chapters too; the simulators (`sim`) are installed one at a time by tools/setup.sh, so that one
 # without wheels for an interpreter (gym-aloha's labmaze on Python 3.13) costs only its own chapters and tests
-dev_reqs = shlex.split(cfg.get("dev_requirements", "")) + convert_reqs + language_reqs + codecs_reqs
+dev_reqs = shlex.split(cfg.get("dev_requirements", "")) + convert_reqs + language_reqs + codecs_reqs + serve_reqs
 scripts = [s for s in cfg.get("console_scripts", "").split() if s]
 
 setuptools.setup(
@@ -34,7 +35,7 @@ setuptools.setup(
     package_data={"dptoolkit": ["configs/*.yaml"]},
     install_requires=reqs,
     extras_require={"dev": dev_reqs, "sim": sim_reqs, "convert": convert_reqs, "language": language_reqs,
-                    "codecs": codecs_reqs},
+                    "codecs": codecs_reqs, "serve": serve_reqs},
     python_requires=">=" + cfg["min_python"],
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

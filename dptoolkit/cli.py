@@ -13,8 +13,8 @@ from .report import plain   # table numbers as plain figures (1450.2, not 1.45e+
 # %% auto #0
 __all__ = ['COMMANDS', 'CLIError', 'cmd_sample_data', 'cmd_inspect', 'cmd_cache', 'cmd_merge', 'cmd_convert', 'cmd_embed',
            'cmd_config', 'cmd_train', 'cmd_report', 'cmd_eval', 'cmd_sim_data', 'cmd_rollout', 'cmd_slurm',
-           'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study', 'cmd_finetune', 'build_parser', 'threading_main',
-           'main', 'console']
+           'cmd_export', 'cmd_import', 'cmd_demo', 'cmd_study', 'cmd_finetune', 'cmd_serve', 'build_parser',
+           'threading_main', 'main', 'console']
 
 # %% ../nbs/08_cli.ipynb #6fe6fc7f
 class CLIError(Exception):
@@ -454,6 +454,17 @@ def cmd_finetune(a):
     print(json.dumps(res.metrics))
     _interrupted(res.metrics, "finetune", f"dpt finetune {a.run} --out {a.out} --resume")
 
+
+# %% ../nbs/08_cli.ipynb #5e7e0c02
+def cmd_serve(a):
+    from dptoolkit.serve import PolicyServer, Served, serve_forever
+    keys = {}
+    for kv in a.key:
+        sent, eq, mine = kv.partition("=")
+        if not (eq and sent and mine): raise CLIError(f"--key {kv!r}: expected SENT=POLICY, e.g. --key qpos=state")
+        keys[sent] = mine
+    served = Served(a.run, keys=keys, device=a.device, checkpoint=a.checkpoint, inference_steps=a.steps, seed=a.seed)
+    serve_forever(PolicyServer(served, a.host, a.port, a.api_key or os.environ.get("DPT_SERVE_API_KEY")))
 
 # %% ../nbs/08_cli.ipynb #9d9c4deb
 # every command: its words (commands chapter) and its handler here, cmd_<name>

@@ -383,6 +383,32 @@ COMMANDS.update({
 })
 
 
+# %% ../nbs/08b_commands.ipynb #5e7e0c01
+COMMANDS.update({
+    "serve": dict(help="serve a run's policy to a robot on openpi's websocket protocol (openpi-client drives it)",
+        description="Load RUN's policy (its EMA weights) once and answer openpi's protocol: the metadata as a client "
+                    "connects, then one action chunk per observation (msgpack; numpy arrays as openpi encodes them; "
+                    "never a pickle), with the server's timing; GET /healthz answers OK. Each connection keeps the "
+                    "observation history the policy reads. Loopback unless --host says otherwise, and then only "
+                    "with an API key. SIGTERM or Ctrl-C closes every connection and stops (serve chapter).",
+        examples=["dpt serve runs/aloha --port 8000",
+                  "dpt serve runs/so100 --key images/cam_high=head_camera --key qpos=state",
+                  "dpt serve runs/aloha --host 0.0.0.0 --api-key \"$(cat key.txt)\""],
+
+        args=[_a("run", help="run folder"),
+              _a("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
+                 "only; any other needs --api-key)"),
+              _a("--port", type=int, default=8000, help="port (default 8000, openpi's; 0: a free one, printed)"),
+              _a("--key", action="append", metavar="SENT=POLICY", default=[],
+                 help="a sent observation key that feeds one the policy reads (repeatable); default: by name"),
+              _a("--api-key", help="the key clients send (openpi-client's api_key=; default $DPT_SERVE_API_KEY)"),
+              _a("--seed", type=int, default=0, help="each episode's sampler seed, unless its message sends one "
+                 "(default 0)"),
+              _a("--steps", type=count, help="sampler steps per chunk (default: the run's)"),
+              _a("--device", help="cpu, cuda or cuda:N (default: cuda when visible)"),
+              _a("--checkpoint", help="a checkpoint folder of the run (default: its latest)")]),
+})
+
 # %% ../nbs/08b_commands.ipynb #88a1fa9a
 def build_parser(handlers: dict | None = None) -> argparse.ArgumentParser:
     """`dpt`'s parser, built from `COMMANDS` (each subcommand: help, description, examples, arguments with help);
