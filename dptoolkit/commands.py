@@ -393,7 +393,8 @@ COMMANDS.update({
                     "with an API key. SIGTERM or Ctrl-C closes every connection and stops (serve chapter).",
         examples=["dpt serve runs/aloha --port 8000",
                   "dpt serve runs/so100 --key images/cam_high=head_camera --key qpos=state",
-                  "dpt serve runs/aloha --host 0.0.0.0 --api-key \"$(cat key.txt)\""],
+                  "dpt serve runs/aloha --host 0.0.0.0 --api-key \"$KEY\""],
+
 
         args=[_a("run", help="run folder"),
               _a("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
