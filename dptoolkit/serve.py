@@ -130,8 +130,9 @@ def frame(value, key: str, want) -> torch.Tensor:
     if a.size // 3 > MAX_PIXELS:
         raise ServeError(f"{key!r} is {a.shape[0]}×{a.shape[1]}×{a.shape[2]}: larger than any camera frame "
                          f"({MAX_PIXELS} pixels); send it at the camera's size")
-    # a contiguous copy, as the rollout loop's windows are: the same layout, the same sums, the same chunk bit for bit
-    x = torch.from_numpy(np.ascontiguousarray(a if frame_layout((1, *a.shape)) == "chw" else a.transpose(2, 0, 1)))
+    # a contiguous copy (never a view of the message's read-only bytes), as the rollout loop's windows are: the same
+    # layout, the same sums, the same chunk bit for bit
+    x = torch.from_numpy(np.array(a if frame_layout((1, *a.shape)) == "chw" else a.transpose(2, 0, 1), order="C"))
     if tuple(x.shape[1:]) == tuple(want[1:]): return x
     y = torch.nn.functional.interpolate(x[None].float(), size=tuple(want[1:]), mode="bilinear", antialias=True,
                                         align_corners=False)
