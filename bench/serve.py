@@ -41,12 +41,16 @@ def latency(run: Path, chunks: int = 60) -> list:
     s = Served(run, device="cpu")
     r = np.random.default_rng(0)
     obs = {"state": r.normal(size=14), "images": {"head": r.integers(0, 255, (24, 32, 3), dtype=np.uint8)}}
+    from dptoolkit.protocol import predict
     ep = s.episode()
     for _ in range(5): s.step(ep, obs)
-    bare = []
-    for _ in range(chunks):
-        t0 = time.perf_counter(); s.step(ep, obs); bare.append((time.perf_counter() - t0) * 1e3)
-    rows = [dict(run=run.name, clients=0, p50=_pct(bare, 50), p99=_pct(bare, 99))]
+    win = {k: torch.stack([h[k] for h in ep.hist])[None] for k in ep.hist[0]}
+    bare, step = [], []
+    for _ in range(chunks):      # the policy's own call on a ready window, then the same through Served.step
+        t0 = time.perf_counter(); predict(s.policy, win, ep.generator); bare.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter(); s.step(ep, obs); step.append((time.perf_counter() - t0) * 1e3)
+    rows = [dict(run=run.name, clients=0, p50=_pct(bare, 50), p99=_pct(bare, 99)),
+            dict(run=run.name, clients=-1, p50=_pct(step, 50), p99=_pct(step, 99))]
     with PolicyServer(s, "127.0.0.1", 0) as srv:
         for n in (1, 4, 16):
             times = [[] for _ in range(n)]
@@ -124,11 +128,11 @@ if __name__ == "__main__":
             for run in runs:
                 for row in latency(run):
                     bare = row if row["clients"] == 0 else bare
+                    what = {0: "predict_action", -1: "Served.step"}.get(row["clients"], f"{row['clients']:2d} client(s)")
                     extra = "" if row["clients"] == 0 else (f"  overhead p50 {row['p50'] - bare['p50']:+.2f} ms "
-                                                          f"({row['p50'] / bare['p50']:.2f}×), "
-                                                          f"{row['chunks_per_s']:.1f} chunks/s in all")
-                    print(f"{row['run']:12s} clients {row['clients']:2d}: p50 {row['p50']:7.2f} ms  "
-                          f"p99 {row['p99']:7.2f} ms{extra}")
+                                                          f"({row['p50'] / bare['p50']:.2f}×)")
+                    if row["clients"] > 0: extra += f", {row['chunks_per_s']:.1f} chunks/s in all"
+                    print(f"{row['run']:12s} {what:15s}: p50 {row['p50']:7.2f} ms  p99 {row['p99']:7.2f} ms{extra}")
             print("stream, 3 cameras 224×224 raw:", json.dumps({k: round(v, 1) for k, v in stream(runs[0]).items()}))
     else:
         print(json.dumps(episodes(Path(a.run), a.client_python, a.episodes, a.seed), indent=1))
