@@ -5,7 +5,7 @@
 # %% ../nbs/15_serve.ipynb #b4651c61
 from __future__ import annotations
 import asyncio, collections, concurrent.futures, hmac, http, importlib, ipaddress, os, signal, sys, threading, time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastcore.basics import patch
@@ -119,7 +119,7 @@ def match_keys(sent, wanted, keys: dict | None = None) -> dict:
 def frame(value, key: str, want) -> torch.Tensor:
     """A sent camera frame as the policy reads it: uint8 (H, W, 3) or (3, H, W) at any size → (3, H, W) at the
     training frames' size `want` (bilinear with antialiasing, as a camera's frames are shrunk)."""
-    from dptoolkit.store import frame_layout
+    from dptoolkit.store import as_chw, frame_layout
     a = value if isinstance(value, np.ndarray) else None
     if a is None or a.ndim != 3 or frame_layout((1, *a.shape)) is None:
         got = list(a.shape) if a is not None else type(value).__name__
@@ -132,7 +132,7 @@ def frame(value, key: str, want) -> torch.Tensor:
                          f"({MAX_PIXELS} pixels); send it at the camera's size")
     # a contiguous copy (never a view of the message's read-only bytes), as the rollout loop's windows are: the same
     # layout, the same sums, the same chunk bit for bit
-    x = torch.from_numpy(np.array(a if frame_layout((1, *a.shape)) == "chw" else a.transpose(2, 0, 1), order="C"))
+    x = torch.from_numpy(np.array(as_chw(a, frame_layout((1, *a.shape))), order="C"))
     if tuple(x.shape[1:]) == tuple(want[1:]): return x
     y = torch.nn.functional.interpolate(x[None].float(), size=tuple(want[1:]), mode="bilinear", antialias=True,
                                         align_corners=False)
